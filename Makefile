@@ -1,0 +1,70 @@
+# sessionize: `make demo` and `make test` work on a fresh machine (Python 3.11+, apt for Java).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR := data
+DAGSTER_HOME_DIR := $(CURDIR)/.dagster_home
+DEMO_START ?= 2026-01-01
+DEMO_DAYS ?= 14
+DEMO_USERS ?= 300
+DEMO_SEED ?= 7
+
+.PHONY: help java demo test lint format ui screenshot clean
+
+help:
+	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
+	@echo "make test   set up and run the test suite (ruff + pytest)"
+	@echo "make ui     open the Dagster UI (dagster dev) on the demo's history"
+
+# PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
+java:
+	@if java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])'; then \
+		true; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "Java 17 not found: installing openjdk-17-jre-headless with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+	else \
+		echo "error: Java 17+ is required by Spark and was not found." >&2; \
+		echo "Install it (e.g. 'sudo apt-get install openjdk-17-jre-headless') and retry." >&2; \
+		exit 1; \
+	fi
+
+$(VENV):
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: java $(STAMP) lint
+	$(BIN)/python -m pytest
+
+$(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME_DIR)
+	cp dagster.yaml $@
+
+demo: java $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
+	rm -rf $(DEMO_DIR)/landing $(DEMO_DIR)/lake
+	$(BIN)/sessionize generate --out $(DEMO_DIR)/landing --start $(DEMO_START) \
+		--days $(DEMO_DAYS) --users $(DEMO_USERS) --seed $(DEMO_SEED)
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize replay
+	@echo
+	@echo "Open the Dagster UI on this history:  make ui   (then http://127.0.0.1:3000)"
+
+ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/dagster dev -h 127.0.0.1 -p 3000
+
+clean:
+	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

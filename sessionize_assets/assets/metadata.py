@@ -1,0 +1,48 @@
+"""Materialization metadata shared by the assets: table schema, location, commit facts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dagster import MetadataValue, TableColumn, TableSchema
+
+from sessionize_assets.lake.store import CommitInfo, TableSpec
+
+
+def column_schema(spec: TableSpec) -> TableSchema:
+    return TableSchema(
+        columns=[
+            TableColumn(
+                name=field.name,
+                type=field.dataType.simpleString(),
+                description=field.metadata.get("comment"),
+            )
+            for field in spec.schema
+        ]
+    )
+
+
+def definition_metadata(spec: TableSpec) -> dict[str, Any]:
+    """Static metadata on the asset definition: what the UI shows before any run."""
+    return {
+        "dagster/column_schema": column_schema(spec),
+        "dagster/table_name": spec.name,
+        "partitioned_by": spec.partition_by,
+    }
+
+
+def commit_metadata(commit: CommitInfo, *, uri: str) -> dict[str, Any]:
+    return {
+        "dagster/uri": MetadataValue.path(uri),
+        "delta_version": commit.version if commit.version is not None else -1,
+        "files_added": commit.files_added,
+        "files_removed": commit.files_removed,
+        "rows_written": commit.rows_written,
+    }
+
+
+def markdown_table(rows: Mapping[str, Any], *, key: str, value: str) -> str:
+    lines = [f"| {key} | {value} |", "|---|---:|"]
+    lines += [f"| {k} | {v} |" for k, v in rows.items()]
+    return "\n".join(lines)

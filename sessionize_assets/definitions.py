@@ -1,0 +1,39 @@
+"""The one place that wires sessionize's Definitions."""
+
+from __future__ import annotations
+
+from dagster import Definitions, definitions, in_process_executor
+
+from sessionize_assets.assets.ingest import build_ingest_assets
+from sessionize_assets.partitions import received_day_partitions
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.landing import LandingZoneResource
+from sessionize_assets.resources.spark import SparkResource
+from sessionize_assets.settings import Settings
+
+
+def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
+    spark = SparkResource(
+        master=settings.spark_master, conf=dict(settings.spark_conf), ui_enabled=spark_ui
+    )
+    return {
+        "spark": spark,
+        "lake": LakeResource(lake_dir=str(settings.lake_dir.absolute()), spark=spark),
+        "landing": LandingZoneResource(landing_dir=str(settings.landing_dir.absolute())),
+    }
+
+
+def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitions:
+    received_days = received_day_partitions(settings)
+    return Definitions(
+        assets=[build_ingest_assets(settings=settings, partitions_def=received_days)],
+        resources=build_resources(settings, spark_ui=spark_ui),
+        # One Spark session per run: steps share it instead of each starting a JVM.
+        executor=in_process_executor,
+    )
+
+
+@definitions
+def defs() -> Definitions:
+    """What `dagster dev` loads: settings come from the environment when the code loads."""
+    return build_definitions(Settings.from_env())

@@ -1,0 +1,115 @@
+"""The storage interface every asset uses, independent of how Delta commits are made.
+
+Two backends fit behind it: the embedded one (delta-rs commits the log, Spark moves the data;
+works without the Delta jars) and delta-spark on clusters that have the jars. Keep it narrow:
+assets only create, read, replace partitions, merge on a key and ask for the version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Protocol
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import DateType, StructType
+
+
+class LakeError(RuntimeError):
+    """A storage operation failed; the table is left at its previous version."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableSpec:
+    """A Delta table: its name (folder under the lake), Spark schema and partition column."""
+
+    name: str
+    schema: StructType
+    partition_by: str
+    sort_by: tuple[str, ...] = ()  # order within files: tighter min/max stats for skipping
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        names = self.schema.fieldNames()
+        if self.partition_by not in names:
+            raise ValueError(f"{self.name}: partition column {self.partition_by!r} not in schema")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: duplicate column names")
+
+    @property
+    def partition_is_date(self) -> bool:
+        return isinstance(self.schema[self.partition_by].dataType, DateType)
+
+
+PartitionValue = date | str
+
+
+def partition_string(value: PartitionValue) -> str:
+    """The form Delta stores partition values in (ISO dates)."""
+    return value.isoformat() if isinstance(value, date) else str(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitInfo:
+    """What one commit did; assets put it in their materialization metadata."""
+
+    table: str
+    version: int | None
+    partitions: tuple[str, ...]
+    files_added: int = 0
+    files_removed: int = 0
+    rows_written: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class DeltaStore(Protocol):
+    """What assets may do with the lake."""
+
+    def uri(self, spec: TableSpec) -> str: ...
+
+    def exists(self, spec: TableSpec) -> bool: ...
+
+    def ensure(self, spec: TableSpec) -> None:
+        """Create the table if it is missing, or add the spec's new columns to it."""
+        ...
+
+    def read(
+        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    ) -> DataFrame:
+        """The live rows, pruned to `partitions` when given (an empty frame if none)."""
+        ...
+
+    def replace_partitions(
+        self,
+        spec: TableSpec,
+        df: DataFrame,
+        *,
+        partitions: Iterable[PartitionValue],
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> CommitInfo:
+        """Atomically make `partitions` hold exactly `df` (replaceWhere semantics).
+
+        Partitions listed but absent from `df` become empty; a row outside `partitions` is an
+        error and nothing is committed.
+        """
+        ...
+
+    def merge(
+        self,
+        spec: TableSpec,
+        df: DataFrame,
+        *,
+        keys: Sequence[str],
+        search_partitions: Iterable[PartitionValue] | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> CommitInfo:
+        """Upsert `df` on `keys` in one commit: matching rows are replaced, others inserted.
+
+        `search_partitions` limits where existing matches are looked for (None: everywhere).
+        """
+        ...
+
+    def version(self, spec: TableSpec) -> int | None: ...
+
+    def history(self, spec: TableSpec, *, limit: int | None = None) -> list[dict[str, Any]]: ...

@@ -1,0 +1,69 @@
+"""The landing zone: one folder of JSON-lines files per received day (SPEC §1)."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from pathlib import Path
+
+from dagster import ConfigurableResource
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType, StructField, StructType
+
+_BATCH = re.compile(r"^received_date=(\d{4}-\d{2}-\d{2})$")
+LINES_SCHEMA = StructType(
+    [
+        StructField("raw_line", StringType(), False),
+        StructField("received_date", DateType(), False),
+        StructField("source_file", StringType(), False),
+    ]
+)
+
+
+class LandingZoneResource(ConfigurableResource):
+    """Lists batches and reads their lines with Spark."""
+
+    landing_dir: str
+
+    @property
+    def root(self) -> Path:
+        return Path(self.landing_dir).absolute()
+
+    def batch_dir(self, received_date: date) -> Path:
+        return self.root / f"received_date={received_date.isoformat()}"
+
+    def batches(self) -> list[date]:
+        """Received days that have a batch folder, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for child in self.root.iterdir():
+            match = _BATCH.match(child.name)
+            if match and child.is_dir():
+                found.append(date.fromisoformat(match.group(1)))
+        return sorted(found)
+
+    def batch_files(self, received_date: date) -> list[Path]:
+        folder = self.batch_dir(received_date)
+        if not folder.is_dir():
+            return []
+        return sorted(
+            path
+            for path in folder.iterdir()
+            if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz"))
+        )
+
+    def read_lines(self, spark: SparkSession, received_date: date) -> DataFrame:
+        """Non-blank lines of a batch with their source file (relative to the landing zone)."""
+        files = self.batch_files(received_date)
+        if not files:
+            return spark.createDataFrame([], LINES_SCHEMA)
+        folder = self.batch_dir(received_date).name
+        text = spark.read.text([str(path) for path in files])
+        file_name = F.regexp_extract(F.col("_metadata.file_name"), r"[^/]+$", 0)
+        return text.where(F.trim(F.col("value")) != "").select(
+            F.col("value").alias("raw_line"),
+            F.lit(received_date).cast(DateType()).alias("received_date"),
+            F.concat(F.lit(folder + "/"), file_name).alias("source_file"),
+        )

@@ -1,0 +1,112 @@
+"""The one place that reads sessionize's settings from the environment.
+
+Everything else receives a `Settings` object explicitly, so tests build their own and nothing
+reads `os.environ` at import time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import date, timedelta
+from pathlib import Path
+
+DEFAULT_START_DATE = date(2026, 1, 1)
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value sessionize cannot use."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Pipeline parameters (SPEC §1-§3) and where the data lives."""
+
+    landing_dir: Path = Path("data/landing")
+    lake_dir: Path = Path("data/lake")
+    start_date: date = DEFAULT_START_DATE
+    session_gap: timedelta = timedelta(minutes=30)
+    max_session_length: timedelta = timedelta(hours=24)
+    future_tolerance: timedelta = timedelta(minutes=5)
+    spark_master: str = "local[*]"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    max_partitions_per_run: int = 31
+
+    def __post_init__(self) -> None:
+        if self.session_gap <= timedelta(0):
+            raise SettingsError(f"session gap must be positive, got {self.session_gap}")
+        if self.max_session_length <= timedelta(0):
+            raise SettingsError(
+                f"max session length must be positive, got {self.max_session_length}"
+            )
+        if self.future_tolerance < timedelta(0):
+            raise SettingsError(f"future tolerance must be >= 0, got {self.future_tolerance}")
+        if self.max_partitions_per_run < 1:
+            raise SettingsError("max partitions per run must be at least 1")
+
+    @property
+    def session_lookahead_days(self) -> int:
+        """Days after D whose events can still belong to a session that starts on D.
+
+        A session starting on D includes events up to start + L, and its chain is only
+        known to have ended after a gap of more than G, so events up to D + 1 day + L + G
+        decide it.
+        """
+        return math.ceil((self.max_session_length + self.session_gap) / timedelta(days=1))
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        defaults = cls()
+
+        def read(name: str, parse, default):  # type: ignore[no-untyped-def]
+            raw = env.get(name)
+            if raw is None or raw.strip() == "":
+                return default
+            try:
+                return parse(raw.strip())
+            except ValueError as exc:
+                raise SettingsError(f"{name}={raw!r}: {exc}") from exc
+
+        spark_conf = read("SESSIONIZE_SPARK_CONF", _parse_spark_conf, {})
+        return cls(
+            landing_dir=read("SESSIONIZE_LANDING_DIR", Path, defaults.landing_dir),
+            lake_dir=read("SESSIONIZE_LAKE_DIR", Path, defaults.lake_dir),
+            start_date=read("SESSIONIZE_START_DATE", date.fromisoformat, defaults.start_date),
+            session_gap=read(
+                "SESSIONIZE_SESSION_GAP_MINUTES",
+                lambda v: timedelta(minutes=float(v)),
+                defaults.session_gap,
+            ),
+            max_session_length=read(
+                "SESSIONIZE_MAX_SESSION_HOURS",
+                lambda v: timedelta(hours=float(v)),
+                defaults.max_session_length,
+            ),
+            future_tolerance=read(
+                "SESSIONIZE_FUTURE_TOLERANCE_MINUTES",
+                lambda v: timedelta(minutes=float(v)),
+                defaults.future_tolerance,
+            ),
+            spark_master=read("SESSIONIZE_SPARK_MASTER", str, defaults.spark_master),
+            spark_conf=spark_conf,
+            max_partitions_per_run=read(
+                "SESSIONIZE_MAX_PARTITIONS_PER_RUN", int, defaults.max_partitions_per_run
+            ),
+        )
+
+
+def _parse_spark_conf(raw: str) -> dict[str, str]:
+    """`key=value` pairs separated by `;` (Spark keys are case-sensitive, so no env mangling)."""
+    conf: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(";"))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value, got {item!r}")
+        conf[key.strip()] = value.strip()
+    return conf

@@ -1,0 +1,276 @@
+"""SPEC §2: turn landing lines into parsed events or rejections with a reason.
+
+The per-line rules live in plain Python (`parse_line`) so they are exact and unit-testable;
+Spark applies them in batches through an Arrow UDF, so lines never gather on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+MALFORMED_JSON = "malformed_json"
+MISSING_MESSAGE_ID = "missing_message_id"
+MISSING_USER = "missing_user"
+BAD_TIMESTAMP = "bad_timestamp"
+BAD_RECEIVED_AT = "bad_received_at"
+FUTURE_TIMESTAMP = "future_timestamp"
+BEFORE_START = "before_start"
+DUPLICATE = "duplicate"
+
+REASONS = (
+    MALFORMED_JSON,
+    MISSING_MESSAGE_ID,
+    MISSING_USER,
+    BAD_TIMESTAMP,
+    BAD_RECEIVED_AT,
+    FUTURE_TIMESTAMP,
+    BEFORE_START,
+    DUPLICATE,
+)
+
+_KNOWN_FIELDS = frozenset(
+    {"messageId", "userId", "anonymousId", "timestamp", "receivedAt", "type", "event"}
+    | {"properties", "context"}
+)
+_HAS_TIME = re.compile(r"\d[Tt ]\d")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedLine:
+    """One line's outcome: `reason` is None for a valid event."""
+
+    reason: str | None
+    detail: str | None = None
+    message_id: str | None = None
+    user_id: str | None = None
+    segment_user_id: str | None = None
+    anonymous_id: str | None = None
+    event_ts: datetime | None = None
+    received_at: datetime | None = None
+    event_type: str | None = None
+    event_name: str | None = None
+    properties: str | None = None
+    context: str | None = None
+    extra: str | None = None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _non_empty_string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value != "" else None
+
+
+def parse_iso_timestamp(value: Any) -> datetime | None:
+    """An ISO-8601 date-time as aware UTC; no offset means UTC. None if not one."""
+    if not isinstance(value, str) or not _HAS_TIME.search(value):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return None
+
+
+def _json_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_line(line: str, *, start_date: date, future_tolerance: timedelta) -> ParsedLine:
+    """Apply SPEC §2's checks in order; the first failure wins. Duplicates are decided later."""
+    try:
+        message = json.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        return ParsedLine(reason=MALFORMED_JSON, detail=f"not JSON: {exc}")
+    if not isinstance(message, dict):
+        return ParsedLine(
+            reason=MALFORMED_JSON, detail=f"JSON {type(message).__name__}, not an object"
+        )
+
+    message_id = _non_empty_string(message.get("messageId"))
+    if message_id is None:
+        return ParsedLine(
+            reason=MISSING_MESSAGE_ID,
+            detail=f"messageId is {_describe(message, 'messageId')}",
+        )
+
+    segment_user_id = _non_empty_string(message.get("userId"))
+    anonymous_id = _non_empty_string(message.get("anonymousId"))
+    user_id = segment_user_id or anonymous_id
+    if user_id is None:
+        return ParsedLine(
+            reason=MISSING_USER,
+            message_id=message_id,
+            detail=(
+                f"userId is {_describe(message, 'userId')} and "
+                f"anonymousId is {_describe(message, 'anonymousId')}"
+            ),
+        )
+
+    event_ts = parse_iso_timestamp(message.get("timestamp"))
+    if event_ts is None:
+        return ParsedLine(
+            reason=BAD_TIMESTAMP,
+            message_id=message_id,
+            detail=f"timestamp is {_describe(message, 'timestamp')}, not an ISO-8601 date-time",
+        )
+    received_at = parse_iso_timestamp(message.get("receivedAt"))
+    if received_at is None:
+        return ParsedLine(
+            reason=BAD_RECEIVED_AT,
+            message_id=message_id,
+            detail=f"receivedAt is {_describe(message, 'receivedAt')}, not an ISO-8601 date-time",
+        )
+    if event_ts > received_at + future_tolerance:
+        return ParsedLine(
+            reason=FUTURE_TIMESTAMP,
+            message_id=message_id,
+            detail=f"timestamp is {event_ts - received_at} after receivedAt",
+        )
+    if event_ts.date() < start_date:
+        return ParsedLine(
+            reason=BEFORE_START,
+            message_id=message_id,
+            detail=f"event date {event_ts.date()} is before the start date {start_date}",
+        )
+
+    event_name = message.get("event")
+    extra = {k: v for k, v in message.items() if k not in _KNOWN_FIELDS}
+    return ParsedLine(
+        reason=None,
+        message_id=message_id,
+        user_id=user_id,
+        segment_user_id=segment_user_id,
+        anonymous_id=anonymous_id,
+        event_ts=event_ts,
+        received_at=received_at,
+        event_type=_text(message.get("type")),
+        event_name=_text(event_name),
+        properties=_json_text(message.get("properties")),
+        context=_json_text(message.get("context")),
+        extra=_json_text(extra) if extra else None,
+    )
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return _json_text(value)
+
+
+def _describe(message: dict[str, Any], key: str) -> str:
+    if key not in message:
+        return "missing"
+    value = message[key]
+    shown = json.dumps(value, ensure_ascii=False)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return shown
+
+
+# -- Spark -------------------------------------------------------------------------------------
+
+_PARSED_SCHEMA = StructType(
+    [
+        StructField("reason", StringType()),
+        StructField("detail", StringType()),
+        StructField("message_id", StringType()),
+        StructField("user_id", StringType()),
+        StructField("segment_user_id", StringType()),
+        StructField("anonymous_id", StringType()),
+        StructField("event_us", LongType()),
+        StructField("received_us", LongType()),
+        StructField("event_type", StringType()),
+        StructField("event_name", StringType()),
+        StructField("properties", StringType()),
+        StructField("context", StringType()),
+        StructField("extra", StringType()),
+    ]
+)
+
+
+def _micros(value: datetime | None) -> int | None:
+    if value is None:
+        return None
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def parse_lines(lines: DataFrame, *, start_date: date, future_tolerance: timedelta) -> DataFrame:
+    """Parse and validate a `raw_line` column; adds `reason` (null when valid) and the fields.
+
+    Keeps the input's other columns (`received_date`, `source_file`, ...).
+    """
+    names = [field.name for field in _PARSED_SCHEMA]
+
+    def parse_batches(batches: Iterator[pd.Series]) -> Iterator[pd.DataFrame]:
+        for batch in batches:
+            rows = []
+            for line in batch:
+                parsed = parse_line(line, start_date=start_date, future_tolerance=future_tolerance)
+                values = {name: getattr(parsed, name, None) for name in names}
+                values["event_us"] = _micros(parsed.event_ts)
+                values["received_us"] = _micros(parsed.received_at)
+                rows.append(values)
+            frame = pd.DataFrame(rows, columns=names)
+            for column in ("event_us", "received_us"):
+                frame[column] = frame[column].astype("Int64")
+            yield frame
+
+    parse = F.pandas_udf(parse_batches, returnType=_PARSED_SCHEMA)  # type: ignore[call-overload]
+    parsed = lines.withColumn("_parsed", parse(F.col("raw_line")))
+    others = [c for c in lines.columns if c != "raw_line"]
+    return parsed.select(
+        "raw_line",
+        *others,
+        *(F.col(f"_parsed.{name}").alias(name) for name in names if not name.endswith("_us")),
+        F.timestamp_micros(F.col("_parsed.event_us")).alias("event_ts"),
+        F.timestamp_micros(F.col("_parsed.received_us")).alias("received_at"),
+    ).withColumn("event_date", F.to_date("event_ts"))
+
+
+def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Accepted events and rejections of one batch, with in-batch duplicates rejected.
+
+    Among valid copies of a messageId the earliest `received_at` wins; ties fall to the
+    source file and then the line text, so the choice never depends on read order.
+    """
+    valid = parsed.where(F.col("reason").isNull())
+    rank = F.row_number().over(
+        Window.partitionBy("message_id").orderBy("received_at", "source_file", "raw_line")
+    )
+    ranked = valid.withColumn("_rank", rank)
+    accepted = ranked.where(F.col("_rank") == 1).drop("_rank", "reason", "detail")
+    duplicates = ranked.where(F.col("_rank") > 1).select(
+        "raw_line",
+        F.lit(DUPLICATE).alias("reason"),
+        F.lit("another copy of this messageId in the same batch was received first").alias(
+            "detail"
+        ),
+        "message_id",
+        "received_date",
+        "source_file",
+    )
+    invalid = parsed.where(F.col("reason").isNotNull()).select(
+        "raw_line", "reason", "detail", "message_id", "received_date", "source_file"
+    )
+    return accepted, invalid.unionByName(duplicates)

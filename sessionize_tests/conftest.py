@@ -1,0 +1,46 @@
+"""Shared fixtures: one local Spark session for the whole run, tmp lake and landing folders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.resources.spark import SparkResource
+from sessionize_assets.settings import Settings
+
+TEST_START = date(2026, 1, 1)
+TEST_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+
+
+@pytest.fixture(scope="session")
+def spark_resource() -> SparkResource:
+    return SparkResource(master="local[2]", conf=TEST_SPARK_CONF, ui_enabled=False)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_resource: SparkResource) -> Iterator[SparkSession]:
+    session = spark_resource.session()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        landing_dir=tmp_path / "landing",
+        lake_dir=tmp_path / "lake",
+        start_date=TEST_START,
+        spark_master="local[2]",
+        spark_conf=TEST_SPARK_CONF,
+    )
+
+
+@pytest.fixture
+def store(spark: SparkSession, settings: Settings) -> EmbeddedDeltaStore:
+    return EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)

@@ -1,0 +1,249 @@
+"""The embedded Delta backend: Spark data files, delta-rs log, replaceWhere and merge semantics."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.store import LakeError, TableSpec
+
+SCHEMA = StructType(
+    [
+        StructField("id", StringType(), False),
+        StructField("day", DateType(), False),
+        StructField("ts", TimestampType(), True),
+        StructField("n", LongType(), True),
+        StructField("rank", IntegerType(), True),
+        StructField("ratio", DoubleType(), True),
+        StructField("flag", BooleanType(), True),
+        StructField("note", StringType(), True),
+    ]
+)
+SPEC = TableSpec(name="things", schema=SCHEMA, partition_by="day")
+D1, D2, D3 = date(2026, 1, 1), date(2026, 1, 2), date(2026, 1, 3)
+
+
+def ts(hour: int, micro: int = 0) -> datetime:
+    return datetime(2026, 1, 1, hour, 0, 0, micro, tzinfo=UTC)
+
+
+def rows(*items: tuple) -> list[tuple]:
+    """(id, day, hour) shorthand filled out to the full schema."""
+    return [
+        (i, d, ts(h, 123_456), h * 10**12, h, h / 3, h % 2 == 0, f"note {i} é") for i, d, h in items
+    ]
+
+
+def frame(spark: SparkSession, data: list[tuple]):
+    return spark.createDataFrame(data, SCHEMA)
+
+
+def table_rows(store: EmbeddedDeltaStore) -> list[dict]:
+    """What an independent Delta reader (delta-rs) sees."""
+    table = DeltaTable(str(store.path(SPEC)))
+    return sorted(pa.table(table.to_pyarrow_table()).to_pylist(), key=lambda r: r["id"])
+
+
+def test_round_trip_every_column_type(spark, store):
+    data = rows(("a", D1, 1), ("b", D2, 2)) + [("c", D2, None, None, None, None, None, None)]
+    info = store.replace_partitions(SPEC, frame(spark, data), partitions=[D1, D2])
+
+    assert info.version == 1 and info.rows_written == 3
+    seen = table_rows(store)
+    assert seen[0] == {
+        "id": "a",
+        "day": D1,
+        "ts": ts(1, 123_456),
+        "n": 10**12,
+        "rank": 1,
+        "ratio": 1 / 3,
+        "flag": False,
+        "note": "note a é",
+    }
+    assert seen[2]["ts"] is None and seen[2]["flag"] is None
+    back = {r["id"]: r.asDict() for r in store.read(SPEC).collect()}
+    assert back["a"]["ts"] == datetime(2026, 1, 1, 1, 0, 0, 123_456)  # UTC session, naive
+    assert back["b"]["day"] == D2 and back["b"]["ratio"] == 2 / 3
+    assert _types(store.read(SPEC).schema) == _types(SCHEMA)
+
+
+def test_file_statistics_allow_skipping(spark, store):
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1), ("b", D1, 5))), partitions=[D1])
+    actions = pa.table(DeltaTable(str(store.path(SPEC))).get_add_actions(flatten=True))
+    assert actions.column("num_records").to_pylist() == [2]
+    assert actions.column("min.n").to_pylist() == [10**12]
+    assert actions.column("max.n").to_pylist() == [5 * 10**12]
+    # Millisecond stats rounded outward still bracket the microsecond values.
+    assert actions.column("min.ts").to_pylist()[0] <= ts(1, 123_456)
+    assert actions.column("max.ts").to_pylist()[0] >= ts(5, 123_456)
+    assert actions.column("null_count.note").to_pylist() == [0]
+
+
+def test_replace_partitions_replaces_only_those(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2), ("c", D3, 3))), partitions=[D1, D2, D3]
+    )
+    store.replace_partitions(SPEC, frame(spark, rows(("b2", D2, 4))), partitions=[D2])
+
+    assert [r["id"] for r in table_rows(store)] == ["a", "b2", "c"]
+    assert store.version(SPEC) == 2
+
+
+def test_listed_partition_without_rows_becomes_empty(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2))), partitions=[D1, D2]
+    )
+    info = store.replace_partitions(SPEC, frame(spark, rows(("c", D3, 3))), partitions=[D2, D3])
+
+    assert [r["id"] for r in table_rows(store)] == ["a", "c"]
+    assert info.files_removed == 1 and info.partitions == ("2026-01-02", "2026-01-03")
+
+
+def test_read_prunes_partitions(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2), ("c", D3, 3))), partitions=[D1, D2, D3]
+    )
+    assert sorted(r.id for r in store.read(SPEC, partitions=[D1, D3]).collect()) == ["a", "c"]
+    assert len(store.live_files(SPEC, partitions=[D2])) == 1
+    assert store.read(SPEC, partitions=[]).count() == 0
+    assert store.partition_values(SPEC) == ["2026-01-01", "2026-01-02", "2026-01-03"]
+
+
+def test_reading_a_missing_table_gives_an_empty_frame(store):
+    df = store.read(SPEC)
+    assert df.count() == 0 and _types(df.schema) == _types(SCHEMA)
+    assert store.version(SPEC) is None and not store.exists(SPEC)
+
+
+def test_rows_outside_the_replaced_partitions_commit_nothing(spark, store):
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    with pytest.raises(LakeError, match="outside the replaced partitions"):
+        store.replace_partitions(
+            SPEC, frame(spark, rows(("b", D1, 1), ("c", D2, 2))), partitions=[D1]
+        )
+    assert store.version(SPEC) == 1
+    assert [r["id"] for r in table_rows(store)] == ["a"]
+    assert _stray_parquet(store) == []
+
+
+def test_failed_write_leaves_previous_version_intact(spark, store):
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+
+    @F.udf("string")
+    def explode(value: str) -> str:
+        raise RuntimeError(f"boom on {value}")
+
+    broken = frame(spark, rows(("b", D1, 2))).withColumn("note", explode("id"))
+    with pytest.raises(LakeError, match="writing data files failed"):
+        store.replace_partitions(SPEC, broken, partitions=[D1])
+
+    assert store.version(SPEC) == 1
+    assert [r["id"] for r in table_rows(store)] == ["a"]
+    assert _stray_parquet(store) == []
+
+
+def test_concurrent_writers_on_disjoint_partitions_both_commit(spark, store):
+    store.ensure(SPEC)
+    errors: list[BaseException] = []
+
+    def write(day: date, ident: str) -> None:
+        try:
+            writer = EmbeddedDeltaStore(spark=spark, lake_dir=store.path(SPEC).parent)
+            writer.replace_partitions(SPEC, frame(spark, rows((ident, day, 1))), partitions=[day])
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=write, args=(day, ident))
+        for day, ident in ((D1, "a"), (D2, "b"), (D3, "c"))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert [r["id"] for r in table_rows(store)] == ["a", "b", "c"]
+    assert store.version(SPEC) == 3
+
+
+def test_ensure_adds_new_columns(spark, store):
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    wider = TableSpec(
+        name="things",
+        partition_by="day",
+        schema=StructType([*SCHEMA.fields, StructField("added", StringType(), True)]),
+    )
+    store.ensure(wider)
+    new = frame(spark, rows(("b", D2, 2))).withColumn("added", F.lit("x"))
+    store.replace_partitions(wider, new, partitions=[D2])
+
+    got = {r["id"]: r["added"] for r in store.read(wider).collect()}
+    assert got == {"a": None, "b": "x"}
+    assert "added" in DeltaTable(str(store.path(SPEC))).schema().to_arrow().names
+
+
+def test_ensure_refuses_a_type_change(spark, store):
+    store.ensure(SPEC)
+    changed = TableSpec(
+        name="things",
+        partition_by="day",
+        schema=StructType([f if f.name != "n" else StructField("n", StringType()) for f in SCHEMA]),
+    )
+    with pytest.raises(LakeError, match="changed type"):
+        store.ensure(changed)
+
+
+def test_merge_upserts_on_key_across_partitions(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2), ("c", D3, 3))), partitions=[D1, D2, D3]
+    )
+    # "b" moves from D2 to D1 and changes; "d" is new; "a" and "c" are untouched.
+    info = store.merge(SPEC, frame(spark, rows(("b", D1, 7), ("d", D1, 8))), keys=["id"])
+
+    seen = {r["id"]: (r["day"], r["rank"]) for r in table_rows(store)}
+    assert seen == {"a": (D1, 1), "b": (D1, 7), "c": (D3, 3), "d": (D1, 8)}
+    assert info.partitions == ("2026-01-01", "2026-01-02")
+    assert len(store.live_files(SPEC, partitions=[D3])) == 1  # D3 not rewritten
+
+
+def test_merge_rejects_duplicate_source_keys(spark, store):
+    with pytest.raises(LakeError, match="duplicate keys"):
+        store.merge(SPEC, frame(spark, rows(("a", D1, 1), ("a", D2, 2))), keys=["id"])
+
+
+def test_history_records_commit_metadata(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1], commit_metadata={"run": "r1"}
+    )
+    latest = store.history(SPEC, limit=1)[0]
+    assert latest["version"] == 1 and latest["run"] == "r1"
+
+
+def _stray_parquet(store: EmbeddedDeltaStore) -> list[Path]:
+    """Parquet files on disk that the Delta log does not reference."""
+    live = set(store.live_files(SPEC))
+    return [p for p in store.path(SPEC).rglob("*.parquet") if str(p) not in live]
+
+
+def _types(schema: StructType) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema]

@@ -1,0 +1,317 @@
+"""Tests for the landing-zone generator.
+
+The main test re-implements SPEC §2 over the written files, independently of the generator's
+bookkeeping, so the report the pipeline tests rely on is known to be right.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionize_assets.generate import REJECTION_REASONS, GenerationReport, generate_landing_zone
+
+START = date(2026, 1, 1)
+GAP = timedelta(minutes=30)
+FUTURE_TOLERANCE = timedelta(minutes=5)
+
+
+# ----------------------------------------------------------------------- reference SPEC §2
+
+
+@dataclass(frozen=True)
+class Accepted:
+    message_id: str
+    user_key: str
+    ts: datetime
+    received: datetime
+    received_date: date
+    raw_timestamp: str
+
+
+@dataclass(frozen=True)
+class Reference:
+    lines: int
+    rejections: Counter[str]
+    winners: dict[str, Accepted]
+
+
+def parse_iso(value: Any) -> datetime | None:
+    """The project's rule: a string with date and time that fromisoformat takes; naive = UTC."""
+    if not isinstance(value, str) or len(value) < 11 or value[10] not in "Tt ":
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def non_empty_str(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def read_lines(path: Path) -> list[str]:
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.decode("utf-8").split("\n")
+
+
+def reference_validate(landing: Path, pipeline_start: date) -> Reference:
+    """SPEC §2 in plain Python: checks in order, then duplicate winners across batches."""
+    rejections: Counter[str] = Counter()
+    candidates: list[Accepted] = []
+    lines = 0
+    for folder in sorted(landing.glob("received_date=*")):
+        received_date = date.fromisoformat(folder.name.split("=", 1)[1])
+        for path in sorted(folder.iterdir()):
+            if not path.name.endswith((".jsonl", ".jsonl.gz")):
+                continue
+            for line in read_lines(path):
+                if line.strip() == "":
+                    continue
+                lines += 1
+                reason, accepted = classify(line, received_date, pipeline_start)
+                if reason is not None:
+                    rejections[reason] += 1
+                else:
+                    assert accepted is not None
+                    candidates.append(accepted)
+    winners: dict[str, Accepted] = {}
+    for cand in candidates:
+        best = winners.get(cand.message_id)
+        if best is None:
+            winners[cand.message_id] = cand
+            continue
+        rejections["duplicate"] += 1
+        assert (cand.received_date, cand.received) != (best.received_date, best.received)
+        if (cand.received_date, cand.received) < (best.received_date, best.received):
+            winners[cand.message_id] = cand
+    return Reference(lines=lines, rejections=rejections, winners=winners)
+
+
+def classify(
+    line: str, received_date: date, pipeline_start: date
+) -> tuple[str | None, Accepted | None]:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return "malformed_json", None
+    if not isinstance(obj, dict):
+        return "malformed_json", None
+    if not non_empty_str(obj.get("messageId")):
+        return "missing_message_id", None
+    user_id, anonymous_id = obj.get("userId"), obj.get("anonymousId")
+    if not (non_empty_str(user_id) or non_empty_str(anonymous_id)):
+        return "missing_user", None
+    ts = parse_iso(obj.get("timestamp"))
+    if ts is None:
+        return "bad_timestamp", None
+    received = parse_iso(obj.get("receivedAt"))
+    if received is None:
+        return "bad_received_at", None
+    if ts > received + FUTURE_TOLERANCE:
+        return "future_timestamp", None
+    if ts.date() < pipeline_start:
+        return "before_start", None
+    key = user_id if non_empty_str(user_id) else anonymous_id
+    return None, Accepted(obj["messageId"], key, ts, received, received_date, obj["timestamp"])
+
+
+def chains(winners: dict[str, Accepted]) -> list[list[Accepted]]:
+    """SPEC §3 chains (gap strictly more than G starts a new one), per user key."""
+    by_user: dict[str, list[Accepted]] = defaultdict(list)
+    for acc in winners.values():
+        by_user[acc.user_key].append(acc)
+    result: list[list[Accepted]] = []
+    for events in by_user.values():
+        events.sort(key=lambda a: (a.ts, a.message_id))
+        current = [events[0]]
+        for prev, ev in pairwise(events):
+            if ev.ts - prev.ts > GAP:
+                result.append(current)
+                current = []
+            current.append(ev)
+        result.append(current)
+    return result
+
+
+def assert_report_matches(report: GenerationReport, landing: Path, pipeline_start: date) -> None:
+    ref = reference_validate(landing, pipeline_start)
+    assert ref.lines == report.lines
+    assert {k: v for k, v in report.expected_rejections.items() if v} == dict(ref.rejections)
+    assert len(ref.winners) == report.valid_events
+    late = sum(1 for a in ref.winners.values() if a.received_date > a.ts.date())
+    assert late == report.late_events
+
+
+def all_files(landing: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(landing)): p.read_bytes()
+        for p in sorted(landing.rglob("*"))
+        if p.is_file()
+    }
+
+
+# ----------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[GenerationReport, Path]:
+    out = tmp_path_factory.mktemp("big") / "landing"
+    report = generate_landing_zone(out=out, start=START, days=10, users=300, seed=11)
+    return report, out
+
+
+@pytest.fixture(scope="module")
+def big_reference(big: tuple[GenerationReport, Path]) -> Reference:
+    return reference_validate(big[1], START)
+
+
+# ----------------------------------------------------------------------- tests
+
+
+def test_report_matches_independent_spec_reimplementation(
+    big: tuple[GenerationReport, Path],
+) -> None:
+    report, out = big
+    assert_report_matches(report, out, START)
+
+
+@pytest.mark.parametrize(
+    ("days", "users", "seed", "pipeline_start"),
+    [
+        (2, 20, 1, None),
+        (5, 60, 2, date(2026, 1, 3)),  # events of the first two days become before_start
+        (4, 40, 3, date(2025, 12, 20)),  # pipeline started before the landing zone
+        (1, 5, 4, None),
+    ],
+)
+def test_report_matches_for_other_shapes(
+    tmp_path: Path, days: int, users: int, seed: int, pipeline_start: date | None
+) -> None:
+    report = generate_landing_zone(
+        out=tmp_path, start=START, days=days, users=users, seed=seed, pipeline_start=pipeline_start
+    )
+    assert_report_matches(report, tmp_path, pipeline_start or START)
+
+
+def test_line_accounting(big: tuple[GenerationReport, Path]) -> None:
+    report, _out = big
+    assert report.lines == report.valid_events + sum(report.expected_rejections.values())
+    assert list(report.expected_rejections) == list(REJECTION_REASONS)
+    assert report.batches == 10
+    assert "valid events" in report.summary()
+
+
+@pytest.mark.parametrize(("days", "users", "seed"), [(2, 20, 5), (2, 20, 6), (10, 300, 11)])
+def test_every_rejection_reason_present(tmp_path: Path, days: int, users: int, seed: int) -> None:
+    report = generate_landing_zone(out=tmp_path, start=START, days=days, users=users, seed=seed)
+    ref = reference_validate(tmp_path, START)
+    for reason in REJECTION_REASONS:
+        assert report.expected_rejections[reason] > 0, reason
+        assert ref.rejections[reason] > 0, reason
+
+
+def test_deterministic_by_seed(tmp_path: Path) -> None:
+    args = {"start": START, "days": 5, "users": 60}
+    first = generate_landing_zone(out=tmp_path / "a", seed=3, **args)
+    second = generate_landing_zone(out=tmp_path / "b", seed=3, **args)
+    generate_landing_zone(out=tmp_path / "c", seed=4, **args)
+    assert all_files(tmp_path / "a") == all_files(tmp_path / "b")
+    assert first.expected_rejections == second.expected_rejections
+    assert first.valid_events == second.valid_events
+    assert all_files(tmp_path / "a") != all_files(tmp_path / "c")
+
+
+def test_rerun_replaces_files_and_refuses_foreign_batches(tmp_path: Path) -> None:
+    generate_landing_zone(out=tmp_path, start=START, days=3, users=30, seed=1)
+    before = all_files(tmp_path)
+    generate_landing_zone(out=tmp_path, start=START, days=3, users=30, seed=1)
+    assert all_files(tmp_path) == before
+    with pytest.raises(FileExistsError):
+        generate_landing_zone(out=tmp_path, start=START, days=2, users=30, seed=1)
+
+
+def test_layout(big: tuple[GenerationReport, Path]) -> None:
+    report, out = big
+    folders = sorted(p.name for p in out.iterdir())
+    assert folders == [f"received_date={START + timedelta(days=d)}" for d in range(10)]
+    files = sorted(p for p in out.rglob("*") if p.is_file())
+    assert len(files) == report.files
+    assert all(re.fullmatch(r"part-\d{5}\.jsonl(\.gz)?", p.name) for p in files)
+    gz = [p for p in files if p.name.endswith(".gz")]
+    assert gz and len(gz) < len(files)
+    for p in gz:
+        data = p.read_bytes()
+        assert data[4:8] == b"\0\0\0\0"  # mtime=0: byte-identical reruns
+        gzip.decompress(data)
+    per_folder = Counter(p.parent.name for p in files)
+    assert max(per_folder.values()) >= 2
+    blank = sum(1 for p in files for line in read_lines(p)[:-1] if line == "")
+    assert blank > 0
+
+
+def test_timestamp_formats(big_reference: Reference) -> None:
+    raws = [a.raw_timestamp for a in big_reference.winners.values()]
+    offsets = Counter(m.group(0) for r in raws if (m := re.search(r"[+-]\d\d:\d\d$", r)))
+    assert sum(r.endswith("Z") for r in raws) > len(raws) / 2
+    assert len([o for o in offsets if o != "+00:00"]) >= 3
+    assert any(re.search(r"T[\d:.]+$", r) for r in raws)  # no offset: UTC
+
+
+def test_sessions_cross_midnight_and_bots_exceed_24h(big_reference: Reference) -> None:
+    found = chains(big_reference.winners)
+    crossing = [c for c in found if c[0].ts.date() != c[-1].ts.date()]
+    assert len(crossing) >= 5
+    assert any(c[-1].ts - c[0].ts > timedelta(hours=24) for c in found)
+    # Gap boundary and identical timestamps occur inside chains.
+    gaps = [b.ts - a.ts for c in found for a, b in pairwise(c)]
+    assert timedelta(minutes=30) in gaps
+    assert timedelta(0) in gaps
+
+
+def test_late_events(big: tuple[GenerationReport, Path], big_reference: Reference) -> None:
+    report, _out = big
+    late = [a for a in big_reference.winners.values() if a.received_date > a.ts.date()]
+    assert report.late_events >= 100
+    very_late = [a for a in late if (a.received_date - a.ts.date()).days > 2]
+    assert len(very_late) >= 10
+    assert any(a.received - a.ts > timedelta(days=2) for a in late)
+
+
+def test_anonymous_users_present(big: tuple[GenerationReport, Path]) -> None:
+    _report, out = big
+    shapes: Counter[str] = Counter()
+    for path in sorted(out.rglob("part-*")):
+        for line in read_lines(path):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict) or not non_empty_str(obj.get("anonymousId")):
+                continue
+            if "userId" not in obj:
+                shapes["absent"] += 1
+            elif obj["userId"] is None:
+                shapes["null"] += 1
+            elif obj["userId"] == "":
+                shapes["empty"] += 1
+    assert shapes["absent"] > 0 and shapes["null"] > 0 and shapes["empty"] > 0
+
+
+def test_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        generate_landing_zone(out=tmp_path, start=START, days=0, users=10, seed=1)
+    with pytest.raises(ValueError):
+        generate_landing_zone(out=tmp_path, start=START, days=2, users=10, seed=1, late_share=1.5)
