@@ -80,12 +80,12 @@ class Settings:
             start_date=read("SESSIONIZE_START_DATE", date.fromisoformat, defaults.start_date),
             session_gap=read(
                 "SESSIONIZE_SESSION_GAP_MINUTES",
-                lambda v: timedelta(minutes=float(v)),
+                _positive_minutes,
                 defaults.session_gap,
             ),
             max_session_length=read(
                 "SESSIONIZE_MAX_SESSION_HOURS",
-                lambda v: timedelta(hours=float(v)),
+                lambda v: _positive_minutes(v) * 60,
                 defaults.max_session_length,
             ),
             future_tolerance=read(
@@ -110,3 +110,10 @@ def _parse_spark_conf(raw: str) -> dict[str, str]:
             raise ValueError(f"expected key=value, got {item!r}")
         conf[key.strip()] = value.strip()
     return conf
+
+
+def _positive_minutes(raw: str) -> timedelta:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("must be a positive number")
+    return timedelta(minutes=value)

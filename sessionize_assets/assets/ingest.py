@@ -110,7 +110,7 @@ def build_ingest_assets(
         ).persist()
         try:
             accepted, rejected = split_batch(parsed)
-            tags = {"dagster_run_id": context.run_id, "partition": context.partition_key}
+            tags = {"dagster_run_id": context.run.run_id, "partition": context.partition_key}
             raw_commit = store.replace_partitions(
                 RAW_EVENTS, accepted, partitions=[received], commit_metadata=tags
             )

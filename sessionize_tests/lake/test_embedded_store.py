@@ -64,7 +64,7 @@ def table_rows(store: EmbeddedDeltaStore) -> list[dict]:
 
 
 def test_round_trip_every_column_type(spark, store):
-    data = rows(("a", D1, 1), ("b", D2, 2)) + [("c", D2, None, None, None, None, None, None)]
+    data = [*rows(("a", D1, 1), ("b", D2, 2)), ("c", D2, None, None, None, None, None, None)]
     info = store.replace_partitions(SPEC, frame(spark, data), partitions=[D1, D2])
 
     assert info.version == 1 and info.rows_written == 3

@@ -1,0 +1,182 @@
+"""raw_events / rejected_events through a real Dagster instance and real Delta tables."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from dagster import AssetKey, DagsterInstance, instance_for_test
+from deltalake import DeltaTable
+
+from sessionize_assets.definitions import build_definitions
+from sessionize_assets.generate import generate_landing_zone
+from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.validation import REASONS
+
+DAY = date(2026, 1, 5)
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+def ingest(settings: Settings, instance: DagsterInstance, day: date):
+    job = build_definitions(settings, spark_ui=False).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(partition_key=day.isoformat(), instance=instance)
+    assert result.success
+    return {
+        event.asset_key.to_user_string(): {
+            k: v.value for k, v in event.materialization.metadata.items()
+        }
+        for event in result.get_asset_materialization_events()
+    }
+
+
+def delta_rows(settings: Settings, table: str, day: date) -> list[dict]:
+    dt = DeltaTable(str(settings.lake_dir / table))
+    rows = pa.table(dt.to_pyarrow_table()).to_pylist()
+    return [r for r in rows if r["received_date"] == day]
+
+
+def non_blank_lines(folder: Path) -> list[str]:
+    lines = []
+    for path in sorted(folder.iterdir()):
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            lines += [line.rstrip("\n") for line in handle if line.strip()]
+    return lines
+
+
+def write_batch(settings: Settings, day: date, lines: list[str], name: str = "part.jsonl"):
+    folder = settings.landing_dir / f"received_date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def message(mid: str, **changes: object) -> str:
+    base = {
+        "messageId": mid,
+        "userId": "u1",
+        "timestamp": "2026-01-05T10:00:00Z",
+        "receivedAt": "2026-01-05T10:00:01Z",
+        "type": "track",
+        "event": "Viewed",
+    }
+    return json.dumps({k: v for k, v in {**base, **changes}.items() if v is not None})
+
+
+def test_generated_batch_lands_in_readable_delta_tables(settings, instance):
+    generate_landing_zone(
+        out=settings.landing_dir, start=date(2026, 1, 3), days=3, users=40, seed=3
+    )
+    day = date(2026, 1, 5)
+    metadata = ingest(settings, instance, day)
+
+    raw = delta_rows(settings, "raw_events", day)
+    rejected = delta_rows(settings, "rejected_events", day)
+    lines = non_blank_lines(settings.landing_dir / f"received_date={day}")
+    assert len(raw) + len(rejected) == len(lines) > 0
+    assert Counter(r["raw_line"] for r in rejected) <= Counter(lines)
+    assert {r["source_file"].split("/")[0] for r in raw} == {f"received_date={day}"}
+    assert len({r["message_id"] for r in raw}) == len(raw)
+
+    meta = metadata["raw_events"]
+    assert meta["lines"] == len(lines)
+    assert meta["accepted"] == len(raw) == meta["dagster/row_count"]
+    assert sum(meta["event_dates"].values()) == len(raw)
+    assert meta["late_events"] == sum(1 for r in raw if r["event_date"] < day)
+    assert sum(metadata["rejected_events"]["rejected_by_reason"].values()) == len(rejected)
+
+
+def test_every_rejection_reason_and_line_accounting(settings, instance):
+    lines = [
+        message("ok-1"),
+        message("ok-2", userId="", anonymousId="anon-7"),
+        "{not json",
+        "[1, 2, 3]",
+        message("", userId="u2"),
+        message("no-user", userId="", anonymousId=""),
+        message("bad-ts", timestamp="yesterday"),
+        message("bad-recv", receivedAt="later"),
+        message("future", timestamp="2026-01-05T11:00:00Z"),
+        message("old", timestamp="2025-12-31T23:00:00Z"),
+        message("ok-1", receivedAt="2026-01-05T10:00:09Z"),  # a retry of ok-1, received later
+        "",
+        "   ",
+    ]
+    write_batch(settings, DAY, lines)
+    metadata = ingest(settings, instance, DAY)
+
+    rejected = delta_rows(settings, "rejected_events", DAY)
+    reasons = Counter(r["reason"] for r in rejected)
+    assert reasons == {
+        "malformed_json": 2,
+        "missing_message_id": 1,
+        "missing_user": 1,
+        "bad_timestamp": 1,
+        "bad_received_at": 1,
+        "future_timestamp": 1,
+        "before_start": 1,
+        "duplicate": 1,
+    }
+    assert set(reasons) == set(REASONS)
+    raw = delta_rows(settings, "raw_events", DAY)
+    assert sorted(r["message_id"] for r in raw) == ["ok-1", "ok-2"]
+    assert {r["message_id"]: r["user_id"] for r in raw}["ok-2"] == "anon-7"
+    duplicate = next(r for r in rejected if r["reason"] == "duplicate")
+    assert "10:00:09" in duplicate["raw_line"]  # the later copy lost
+    assert all(r["source_file"] == f"received_date={DAY}/part.jsonl" for r in rejected)
+    assert metadata["raw_events"]["lines"] == 11 == len(raw) + len(rejected)
+
+
+def test_rerun_and_redelivery_replace_the_partition(settings, instance):
+    write_batch(settings, DAY, [message("a"), message("b"), "oops"])
+    ingest(settings, instance, DAY)
+    first = delta_rows(settings, "raw_events", DAY)
+    version = DeltaTable(str(settings.lake_dir / "raw_events")).version()
+
+    ingest(settings, instance, DAY)  # the same batch again: same rows, new version
+    again = delta_rows(settings, "raw_events", DAY)
+    assert sorted(map(str, again)) == sorted(map(str, first))
+    assert DeltaTable(str(settings.lake_dir / "raw_events")).version() == version + 1
+
+    write_batch(settings, DAY, [message("b"), message("c")], name="redelivered.jsonl.gz")
+    gz = settings.landing_dir / f"received_date={DAY}" / "redelivered.jsonl.gz"
+    gz.write_bytes(gzip.compress((message("b") + "\n" + message("c") + "\n").encode()))
+    ingest(settings, instance, DAY)
+    assert sorted(r["message_id"] for r in delta_rows(settings, "raw_events", DAY)) == ["b", "c"]
+    assert delta_rows(settings, "rejected_events", DAY) == []
+
+
+def test_batches_do_not_touch_each_other(settings, instance):
+    other = date(2026, 1, 6)
+    write_batch(settings, DAY, [message("a")])
+    write_batch(settings, other, [message("b", receivedAt="2026-01-06T00:00:01Z")], name="x.jsonl")
+    ingest(settings, instance, other)
+    ingest(settings, instance, DAY)
+    ingest(settings, instance, other)
+    assert [r["message_id"] for r in delta_rows(settings, "raw_events", DAY)] == ["a"]
+    assert [r["message_id"] for r in delta_rows(settings, "raw_events", other)] == ["b"]
+
+
+def test_a_day_without_a_batch_folder_is_empty_not_an_error(settings, instance):
+    metadata = ingest(settings, instance, DAY)
+    assert metadata["raw_events"]["lines"] == 0
+    assert delta_rows(settings, "raw_events", DAY) == []
+
+
+def test_materializations_are_recorded_per_partition(settings, instance):
+    write_batch(settings, DAY, [message("a")])
+    ingest(settings, instance, DAY)
+    for key in ("raw_events", "rejected_events"):
+        record = instance.get_latest_materialization_event(AssetKey(key))
+        assert record is not None and record.asset_materialization.partition == DAY.isoformat()

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from dagster import AssetKey
+
+from sessionize_assets.definitions import build_definitions
+
+
+def test_definitions_load_with_documented_assets(settings):
+    defs = build_definitions(settings, spark_ui=False)
+    graph = defs.resolve_asset_graph()
+    assert {AssetKey("raw_events"), AssetKey("rejected_events")} <= graph.get_all_asset_keys()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.description, f"{key} needs a business description for the UI"
+        assert node.partitions_def is not None
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.executor_def.name == "in_process"
+    first = job.partitions_def.get_first_partition_key()
+    assert first == settings.start_date.isoformat()
+
+
+def test_module_entry_point_reads_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SESSIONIZE_START_DATE", "2026-02-01")
+    monkeypatch.setenv("SESSIONIZE_LAKE_DIR", str(tmp_path / "lake"))
+    from sessionize_assets.definitions import defs
+
+    loaded = defs()
+    job = loaded.resolve_implicit_global_asset_job_def()
+    assert job.partitions_def.get_first_partition_key() == "2026-02-01"

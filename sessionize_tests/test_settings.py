@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+
+from sessionize_assets.settings import Settings, SettingsError
+
+
+def test_defaults_follow_the_spec():
+    s = Settings.from_env({})
+    assert s.landing_dir == Path("data/landing") and s.lake_dir == Path("data/lake")
+    assert s.session_gap == timedelta(minutes=30)
+    assert s.max_session_length == timedelta(hours=24)
+    assert s.future_tolerance == timedelta(minutes=5)
+    assert s.spark_master == "local[*]"
+
+
+def test_environment_overrides():
+    s = Settings.from_env(
+        {
+            "SESSIONIZE_LANDING_DIR": "/in",
+            "SESSIONIZE_LAKE_DIR": "/lake",
+            "SESSIONIZE_START_DATE": "2026-03-01",
+            "SESSIONIZE_SESSION_GAP_MINUTES": "45",
+            "SESSIONIZE_MAX_SESSION_HOURS": "12",
+            "SESSIONIZE_SPARK_MASTER": "spark://host:7077",
+            "SESSIONIZE_SPARK_CONF": "spark.executor.memory=4g; spark.sql.shuffle.partitions=64",
+        }
+    )
+    assert s.landing_dir == Path("/in") and s.lake_dir == Path("/lake")
+    assert s.start_date == date(2026, 3, 1)
+    assert s.session_gap == timedelta(minutes=45)
+    assert s.max_session_length == timedelta(hours=12)
+    assert s.spark_master == "spark://host:7077"
+    assert s.spark_conf == {
+        "spark.executor.memory": "4g",
+        "spark.sql.shuffle.partitions": "64",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SESSIONIZE_START_DATE", "01/03/2026"),
+        ("SESSIONIZE_SESSION_GAP_MINUTES", "thirty"),
+        ("SESSIONIZE_SESSION_GAP_MINUTES", "0"),
+        ("SESSIONIZE_MAX_SESSION_HOURS", "-1"),
+        ("SESSIONIZE_SPARK_CONF", "no-equals-sign"),
+    ],
+)
+def test_bad_values_say_which_variable(name, value):
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})
+
+
+@pytest.mark.parametrize(
+    ("gap_minutes", "max_hours", "days"), [(30, 24, 2), (30, 23, 1), (60, 47, 2), (60, 48, 3)]
+)
+def test_session_lookahead_covers_max_length_plus_gap(gap_minutes, max_hours, days):
+    s = Settings(
+        session_gap=timedelta(minutes=gap_minutes), max_session_length=timedelta(hours=max_hours)
+    )
+    assert s.session_lookahead_days == days

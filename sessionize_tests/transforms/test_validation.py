@@ -1,0 +1,180 @@
+"""SPEC §2 rules, one by one, and their order (first failure wins)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from sessionize_assets.transforms.validation import (
+    BAD_RECEIVED_AT,
+    BAD_TIMESTAMP,
+    BEFORE_START,
+    DUPLICATE,
+    FUTURE_TIMESTAMP,
+    MALFORMED_JSON,
+    MISSING_MESSAGE_ID,
+    MISSING_USER,
+    parse_iso_timestamp,
+    parse_line,
+    parse_lines,
+    split_batch,
+)
+
+START = date(2026, 1, 1)
+TOLERANCE = timedelta(minutes=5)
+GOOD = {
+    "messageId": "m1",
+    "userId": "u1",
+    "anonymousId": "a1",
+    "timestamp": "2026-01-05T10:00:00.000Z",
+    "receivedAt": "2026-01-05T10:00:02.000Z",
+    "type": "track",
+    "event": "Clicked",
+    "properties": {"x": 1},
+    "context": {"ip": "127.0.0.1"},
+    "sentAt": "2026-01-05T10:00:01.000Z",
+}
+
+
+def check(message: object, **changes: object) -> str | None:
+    if isinstance(message, dict):
+        message = {**message, **changes}
+        message = {k: v for k, v in message.items() if v is not _DROP}
+    line = message if isinstance(message, str) else json.dumps(message)
+    return parse_line(line, start_date=START, future_tolerance=TOLERANCE).reason
+
+
+_DROP = object()
+
+
+def test_a_good_line_keeps_every_field():
+    parsed = parse_line(json.dumps(GOOD), start_date=START, future_tolerance=TOLERANCE)
+    assert parsed.reason is None
+    assert parsed.message_id == "m1" and parsed.user_id == "u1"
+    assert parsed.event_ts == datetime(2026, 1, 5, 10, tzinfo=UTC)
+    assert parsed.received_at == datetime(2026, 1, 5, 10, 0, 2, tzinfo=UTC)
+    assert parsed.event_type == "track" and parsed.event_name == "Clicked"
+    assert json.loads(parsed.properties) == {"x": 1}
+    assert json.loads(parsed.context) == {"ip": "127.0.0.1"}
+    assert json.loads(parsed.extra) == {"sentAt": "2026-01-05T10:00:01.000Z"}
+
+
+@pytest.mark.parametrize("line", ["not json", "{", "[1, 2]", '"text"', "42", "null", '{"a": NaN}'])
+def test_malformed_json(line):
+    assert check(line) == MALFORMED_JSON
+
+
+@pytest.mark.parametrize("value", [_DROP, None, "", 123, ["m"]])
+def test_missing_message_id(value):
+    assert check(GOOD, messageId=value) == MISSING_MESSAGE_ID
+
+
+@pytest.mark.parametrize(
+    ("user_id", "anonymous_id", "expected"),
+    [
+        (_DROP, _DROP, MISSING_USER),
+        ("", "", MISSING_USER),
+        (None, None, MISSING_USER),
+        (42, _DROP, MISSING_USER),  # a number is not a string
+        ("", "anon", None),
+        (_DROP, "anon", None),
+    ],
+)
+def test_user_key(user_id, anonymous_id, expected):
+    assert check(GOOD, userId=user_id, anonymousId=anonymous_id) == expected
+
+
+def test_user_key_prefers_user_id_then_anonymous_id():
+    line = json.dumps({**GOOD, "userId": ""})
+    assert parse_line(line, start_date=START, future_tolerance=TOLERANCE).user_id == "a1"
+    line = json.dumps(GOOD)
+    assert parse_line(line, start_date=START, future_tolerance=TOLERANCE).user_id == "u1"
+
+
+@pytest.mark.parametrize(
+    "value", [_DROP, None, "", "yesterday", 1767607200, "2026-01-05", "2026-02-30T10:00:00Z"]
+)
+def test_bad_timestamp(value):
+    assert check(GOOD, timestamp=value) == BAD_TIMESTAMP
+
+
+@pytest.mark.parametrize("value", [_DROP, None, "soon", 5, "2026-01-05"])
+def test_bad_received_at(value):
+    assert check(GOOD, receivedAt=value) == BAD_RECEIVED_AT
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-01-05T10:00:00Z", datetime(2026, 1, 5, 10, tzinfo=UTC)),
+        ("2026-01-05T12:00:00+02:00", datetime(2026, 1, 5, 10, tzinfo=UTC)),
+        ("2026-01-05T04:30:00.5-05:30", datetime(2026, 1, 5, 10, 0, 0, 500_000, tzinfo=UTC)),
+        ("2026-01-05T10:00:00", datetime(2026, 1, 5, 10, tzinfo=UTC)),  # no offset: UTC
+        ("2026-01-05 10:00:00.123456+00:00", datetime(2026, 1, 5, 10, 0, 0, 123456, tzinfo=UTC)),
+    ],
+)
+def test_iso_timestamps_in_any_offset_become_utc(text, expected):
+    assert parse_iso_timestamp(text) == expected
+
+
+def test_future_timestamp_allows_exactly_the_tolerance():
+    assert check(GOOD, timestamp="2026-01-05T10:05:02.000Z") is None
+    assert check(GOOD, timestamp="2026-01-05T10:05:02.001Z") == FUTURE_TIMESTAMP
+
+
+def test_before_start_uses_the_utc_date():
+    assert check(GOOD, timestamp="2025-12-31T23:59:59Z") == BEFORE_START
+    # 23:30 on Dec 31 at -01:00 is 00:30 UTC on Jan 1: on or after the start date.
+    assert check(GOOD, timestamp="2025-12-31T23:30:00-01:00") is None
+
+
+def test_first_failure_wins():
+    everything_wrong = {"userId": "", "timestamp": "bad", "receivedAt": "bad"}
+    assert check(everything_wrong) == MISSING_MESSAGE_ID
+    assert check(GOOD, userId="", anonymousId="", timestamp="bad") == MISSING_USER
+    assert check(GOOD, timestamp="bad", receivedAt="bad") == BAD_TIMESTAMP
+    assert check(GOOD, timestamp="2025-01-01T00:00:00Z", receivedAt="bad") == BAD_RECEIVED_AT
+    # Both in the future and before the start: future is checked first.
+    assert (
+        check(GOOD, timestamp="2025-12-31T12:00:00Z", receivedAt="2025-12-30T00:00:00Z")
+        == FUTURE_TIMESTAMP
+    )
+
+
+def test_rejections_explain_themselves():
+    parsed = parse_line(
+        json.dumps({**GOOD, "timestamp": "yesterday"}), start_date=START, future_tolerance=TOLERANCE
+    )
+    assert parsed.detail is not None and "yesterday" in parsed.detail
+    assert parsed.message_id == "m1"
+
+
+def test_spark_parse_and_in_batch_duplicates(spark):
+    def line(mid: str, received: str, **extra: object) -> str:
+        return json.dumps({**GOOD, "messageId": mid, "receivedAt": received, **extra})
+
+    lines = [
+        (line("m1", "2026-01-05T10:00:09Z"), "b.jsonl"),
+        (line("m1", "2026-01-05T10:00:03Z"), "b.jsonl"),  # earliest receivedAt wins
+        (line("m1", "2026-01-05T10:00:03Z"), "a.jsonl"),  # same time: file name decides
+        (line("m2", "2026-01-05T10:00:03Z", timestamp="nope"), "a.jsonl"),
+        (line("m2", "2026-01-05T10:00:04Z"), "a.jsonl"),  # the invalid copy does not compete
+        ("{broken", "a.jsonl"),
+    ]
+    df = spark.createDataFrame(
+        [(text, date(2026, 1, 5), f"received_date=2026-01-05/{f}") for text, f in lines],
+        "raw_line string, received_date date, source_file string",
+    )
+    parsed = parse_lines(df, start_date=START, future_tolerance=TOLERANCE)
+    accepted, rejected = split_batch(parsed)
+
+    got = {r.message_id: r for r in accepted.collect()}
+    assert set(got) == {"m1", "m2"}
+    assert got["m1"].source_file.endswith("a.jsonl")
+    assert got["m1"].received_at == datetime(2026, 1, 5, 10, 0, 3)
+    assert got["m1"].event_date == date(2026, 1, 5)
+    reasons = sorted(r.reason for r in rejected.collect())
+    assert reasons == [BAD_TIMESTAMP, DUPLICATE, DUPLICATE, MALFORMED_JSON]
+    assert accepted.count() + rejected.count() == len(lines)
