@@ -15,18 +15,23 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Field, Schema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
-from pyspark.sql import DataFrame, SparkSession
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    RemoveAction,
+    create_table_with_add_actions,
+)
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -216,40 +221,141 @@ class EmbeddedDeltaStore:
         search_partitions: Iterable[PartitionValue] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
     ) -> CommitInfo:
-        """Copy-on-write upsert: the partitions holding incoming or matched rows are rewritten."""
+        """Upsert on `keys`: a rewrite that drops matching rows and adds the incoming ones."""
         if not keys:
             raise ValueError("merge needs at least one key column")
-        incoming = _align(spec, df).cache()
-        try:
-            if incoming.groupBy(*keys).count().where("count > 1").limit(1).count():
-                raise LakeError(f"{spec.name}: merge source has duplicate keys {list(keys)}")
-            searched = None if search_partitions is None else list(search_partitions)
-            existing = self.read(spec, partitions=searched)
-            matched = existing.join(incoming.select(*keys), on=list(keys), how="left_semi")
-            part = spec.partition_by
-            touched = {
-                partition_string(row[0])
-                for row in incoming.select(part).union(matched.select(part)).distinct().collect()
-            }
-            kept = self.read(spec, partitions=touched).join(
-                incoming.select(*keys), on=list(keys), how="left_anti"
+        incoming = _align(spec, df)
+        if incoming.groupBy(*keys).count().where(F.col("count") > 1).limit(1).count():
+            raise LakeError(f"{spec.name}: merge source has duplicate keys {list(keys)}")
+        return self.rewrite(
+            spec,
+            partitions=search_partitions,
+            drop_keys=incoming.select(*keys),
+            add=lambda: incoming,
+            commit_metadata=commit_metadata,
+        )
+
+    def rewrite(
+        self,
+        spec: TableSpec,
+        *,
+        add: Callable[[], DataFrame],
+        partitions: Iterable[PartitionValue] | None = None,
+        drop: Column | None = None,
+        drop_keys: DataFrame | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> CommitInfo:
+        """Copy-on-write at file granularity: drop rows, add rows, one commit.
+
+        Rows in `partitions` (None: all) that match `drop` or whose columns match a row of
+        `drop_keys` are removed; only the files holding them are rewritten, with their other
+        rows. `add()` supplies new rows (anywhere). The commit is made against the snapshot
+        that was read, so a concurrent change makes it fail; the whole rewrite is then redone
+        from a fresh snapshot, calling `add()` again.
+        """
+        self.ensure(spec)
+        searched = None if partitions is None else sorted({partition_string(p) for p in partitions})
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            table = self._table(spec)
+            assert table is not None
+            touched, kept = self._touched_files(spec, table, searched, drop, drop_keys)
+            new_rows = _align(spec, add())
+            if kept is not None:
+                new_rows = kept.unionByName(new_rows)
+            staging = self.path(spec) / _STAGING / uuid.uuid4().hex
+            staged = self._stage(spec, new_rows, staging)
+            try:
+                adds = self._publish(spec, staged)
+                if not adds and not touched:
+                    return CommitInfo(table=spec.name, version=table.version(), partitions=())
+                removes = [
+                    RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
+                    for path, v, size in touched
+                ]
+                table.create_write_transaction(
+                    [*adds, *removes],
+                    mode="append",
+                    schema=table.schema(),
+                    partition_by=[spec.partition_by],
+                    commit_properties=CommitProperties(custom_metadata=dict(commit_metadata or {})),
+                )
+            except CommitFailedError as exc:
+                self._discard(spec, staged)
+                if attempt == _COMMIT_ATTEMPTS:
+                    raise LakeError(f"{spec.name}: rewrite kept conflicting") from exc
+                log.warning("%s: concurrent change (attempt %d), redoing", spec.name, attempt)
+                time.sleep(0.05 * attempt)
+                continue
+            except BaseException:
+                self._discard(spec, staged)
+                raise
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return CommitInfo(
+                table=spec.name,
+                version=DeltaTable(str(self.path(spec))).version(),
+                partitions=tuple(sorted({v for v, _ in staged} | {v for _, v, _ in touched})),
+                files_added=len(adds),
+                files_removed=len(touched),
+                rows_written=sum(json.loads(a.stats)["numRecords"] for a in adds),
             )
-            return self.replace_partitions(
-                spec,
-                kept.unionByName(incoming),
-                partitions=touched,
-                commit_metadata=commit_metadata,
-            )
-        finally:
-            incoming.unpersist()
+        raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
+
+    def _touched_files(
+        self,
+        spec: TableSpec,
+        table: DeltaTable,
+        searched: list[str] | None,
+        drop: Column | None,
+        drop_keys: DataFrame | None,
+    ) -> tuple[list[tuple[str, str, int]], DataFrame | None]:
+        """Files of the snapshot holding rows to drop, and those files' rows to keep."""
+        if drop is None and drop_keys is None:
+            return [], None
+        root = self.path(spec)
+        candidates = {
+            str(root / unquote(path)): (path, value, size)
+            for path, value, size in _file_partitions(table, spec, sizes=True)
+            if searched is None or value in searched
+        }
+        if not candidates:
+            return [], None
+        rows = (
+            self._spark.read.schema(spec.schema)
+            .option("basePath", str(root))
+            .parquet(*(str(root / unquote(p)) for p, _, _ in candidates.values()))
+            .withColumn("_file", F.col("_metadata.file_path"))
+        )
+        hit = F.lit(False)
+        if drop is not None:
+            hit = hit | F.coalesce(drop, F.lit(False))
+        if drop_keys is not None:
+            keys = drop_keys.distinct().withColumn("_key_hit", F.lit(True))
+            rows = rows.join(F.broadcast(keys), on=drop_keys.columns, how="left")
+            hit = hit | F.col("_key_hit").isNotNull()
+        marked = rows.withColumn("_drop", hit)
+        hit_uris = {r[0] for r in marked.where("_drop").select("_file").distinct().collect()}
+        hit_files = {unquote(urlparse(uri).path): uri for uri in hit_uris}
+        unknown = hit_files.keys() - candidates.keys()
+        if unknown:
+            raise LakeError(f"{spec.name}: cannot map Spark file paths {sorted(unknown)[:2]}")
+        touched = [candidates[path] for path in sorted(hit_files)]
+        kept = marked.where(~F.col("_drop") & F.col("_file").isin(sorted(hit_uris)))
+        return touched, kept.select(*spec.schema.fieldNames())
 
     def _stage(self, spec: TableSpec, df: DataFrame, staging: Path) -> list[tuple[str, Path]]:
         try:
             # One task per partition value: a file per partition (split past the row cap)
             # rather than one per upstream task.
+            if spec.buckets > 1:
+                # Spread each partition over a few files by key hash, so a rewrite of some
+                # keys leaves the other files alone.
+                bucket = F.pmod(F.xxhash64(*spec.sort_by[:1]), F.lit(spec.buckets))
+                df = df.repartition(spec.buckets, spec.partition_by, bucket)
+            else:
+                df = df.repartition(spec.partition_by)
             (
-                df.repartition(spec.partition_by)
-                .sortWithinPartitions(spec.partition_by, *spec.sort_by)
+                df.sortWithinPartitions(spec.partition_by, *spec.sort_by)
                 .write.option("maxRecordsPerFile", _MAX_ROWS_PER_FILE)
                 .partitionBy(spec.partition_by)
                 .parquet(str(staging))
@@ -328,12 +434,16 @@ class EmbeddedDeltaStore:
                 candidate.unlink(missing_ok=True)
 
 
-def _file_partitions(table: DeltaTable, spec: TableSpec) -> list[tuple[str, str]]:
-    """(path, partition value) of every live file."""
+def _file_partitions(table: DeltaTable, spec: TableSpec, *, sizes: bool = False) -> list[tuple]:
+    """(path, partition value[, size]) of every live file."""
     actions = pa.table(table.get_add_actions(flatten=True))
     paths = actions.column("path").to_pylist()
-    values = actions.column(f"partition.{spec.partition_by}").to_pylist()
-    return [(path, partition_string(value)) for path, value in zip(paths, values, strict=True)]
+    values = [
+        partition_string(v) for v in actions.column(f"partition.{spec.partition_by}").to_pylist()
+    ]
+    if not sizes:
+        return list(zip(paths, values, strict=True))
+    return list(zip(paths, values, actions.column("size_bytes").to_pylist(), strict=True))
 
 
 def _align(spec: TableSpec, df: DataFrame) -> DataFrame:

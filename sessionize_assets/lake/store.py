@@ -7,12 +7,12 @@ assets only create, read, replace partitions, merge on a key and ask for the ver
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Protocol
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import DateType, StructType
 
 
@@ -28,6 +28,7 @@ class TableSpec:
     schema: StructType
     partition_by: str
     sort_by: tuple[str, ...] = ()  # order within files: tighter min/max stats for skipping
+    buckets: int = 1  # files per partition, hashed on sort_by[0]: smaller copy-on-write units
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -36,6 +37,8 @@ class TableSpec:
             raise ValueError(f"{self.name}: partition column {self.partition_by!r} not in schema")
         if len(set(names)) != len(names):
             raise ValueError(f"{self.name}: duplicate column names")
+        if self.buckets > 1 and not self.sort_by:
+            raise ValueError(f"{self.name}: buckets need a sort_by key to hash")
 
     @property
     def partition_is_date(self) -> bool:
@@ -107,6 +110,23 @@ class DeltaStore(Protocol):
         """Upsert `df` on `keys` in one commit: matching rows are replaced, others inserted.
 
         `search_partitions` limits where existing matches are looked for (None: everywhere).
+        """
+        ...
+
+    def rewrite(
+        self,
+        spec: TableSpec,
+        *,
+        add: Callable[[], DataFrame],
+        partitions: Iterable[PartitionValue] | None = None,
+        drop: Column | None = None,
+        drop_keys: DataFrame | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> CommitInfo:
+        """Drop matching rows in `partitions` and add `add()`'s rows in one commit.
+
+        Only files holding dropped rows are rewritten; a concurrent change redoes the whole
+        rewrite from a fresh snapshot.
         """
         ...
 

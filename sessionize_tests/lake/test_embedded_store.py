@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, date, datetime
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
@@ -240,10 +242,67 @@ def test_history_records_commit_metadata(spark, store):
 
 
 def _stray_parquet(store: EmbeddedDeltaStore) -> list[Path]:
-    """Parquet files on disk that the Delta log does not reference."""
-    live = set(store.live_files(SPEC))
-    return [p for p in store.path(SPEC).rglob("*.parquet") if str(p) not in live]
+    """Parquet files on disk that no commit of the Delta log ever added (leaked writes)."""
+    root = store.path(SPEC)
+    added = set()
+    for commit in (root / "_delta_log").glob("*.json"):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                added.add(str(root / unquote(action["add"]["path"])))
+    return [p for p in root.rglob("*.parquet") if str(p) not in added]
 
 
 def _types(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema]
+
+
+BUCKETED = TableSpec(name="bucketed", schema=SCHEMA, partition_by="day", sort_by=("id",), buckets=4)
+
+
+def test_rewrite_only_touches_files_holding_dropped_rows(spark, store):
+    data = rows(*((f"user-{i}", D1, i % 24) for i in range(40)))
+    store.replace_partitions(BUCKETED, frame(spark, data), partitions=[D1])
+    before = set(store.live_files(BUCKETED))
+    assert len(before) > 1
+
+    info = store.rewrite(
+        BUCKETED,
+        partitions=[D1],
+        drop_keys=spark.createDataFrame([("user-3",)], "id string"),
+        add=lambda: frame(spark, rows(("user-3", D1, 23))),
+    )
+
+    after = set(store.live_files(BUCKETED))
+    assert info.files_removed == 1 and len(before - after) == 1
+    assert len(before & after) == len(before) - 1  # the other files were not rewritten
+    got = {r.id: r.rank for r in store.read(BUCKETED).collect()}
+    assert len(got) == 40 and got["user-3"] == 23 and got["user-4"] == 4
+
+
+def test_rewrite_with_a_predicate(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D1, 2), ("c", D2, 3))), partitions=[D1, D2]
+    )
+    store.rewrite(SPEC, partitions=[D1, D2], drop=F.col("rank") >= 2, add=lambda: frame(spark, []))
+    assert [r["id"] for r in table_rows(store)] == ["a"]
+
+
+def test_rewrite_redoes_itself_after_a_concurrent_commit(spark, store):
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    calls = []
+
+    def add():
+        calls.append(len(calls))
+        if len(calls) == 1:  # someone else replaces the file we read while we compute
+            other = EmbeddedDeltaStore(spark=spark, lake_dir=store.path(SPEC).parent)
+            other.replace_partitions(
+                SPEC, frame(spark, rows(("a", D1, 5), ("z", D1, 9))), partitions=[D1]
+            )
+        return frame(spark, rows(("b", D1, 2)))
+
+    store.rewrite(SPEC, partitions=[D1], drop=F.col("id") == "a", add=add)
+
+    assert len(calls) == 2  # the stale attempt was thrown away, not committed
+    assert [r["id"] for r in table_rows(store)] == ["b", "z"]
+    assert _stray_parquet(store) == []
