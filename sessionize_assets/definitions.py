@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from dagster import Definitions, definitions, in_process_executor
+from dagster import Definitions, define_asset_job, definitions, in_process_executor
 
+from sessionize_assets.assets.events import build_events_asset
 from sessionize_assets.assets.ingest import build_ingest_assets
-from sessionize_assets.partitions import received_day_partitions
+from sessionize_assets.assets.sessions import build_sessions_assets
+from sessionize_assets.partitions import (
+    event_day_partitions,
+    received_day_partitions,
+    sessions_on_events_mapping,
+)
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.resources.spark import SparkResource
 from sessionize_assets.settings import Settings
+
+INGEST_JOB = "ingest_batch_job"
+EVENTS_JOB = "events_job"
+SESSIONS_JOB = "sessions_job"
 
 
 def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
@@ -25,8 +35,24 @@ def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, o
 
 def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitions:
     received_days = received_day_partitions(settings)
+    event_days = event_day_partitions(settings)
     return Definitions(
-        assets=[build_ingest_assets(settings=settings, partitions_def=received_days)],
+        assets=[
+            build_ingest_assets(settings=settings, partitions_def=received_days),
+            build_events_asset(partitions_def=event_days),
+            build_sessions_assets(
+                settings=settings,
+                partitions_def=event_days,
+                events_mapping=sessions_on_events_mapping(settings),
+            ),
+        ],
+        jobs=[
+            define_asset_job(INGEST_JOB, selection=["raw_events", "rejected_events"]),
+            define_asset_job(EVENTS_JOB, selection=["events"]),
+            define_asset_job(
+                SESSIONS_JOB, selection=["sessions", "session_quarantine", "session_changes"]
+            ),
+        ],
         resources=build_resources(settings, spark_ui=spark_ui),
         # One Spark session per run: steps share it instead of each starting a JVM.
         executor=in_process_executor,

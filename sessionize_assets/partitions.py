@@ -1,12 +1,25 @@
-"""Every partitions definition and mapping of the asset graph."""
+"""Every partitions definition and mapping of the asset graph.
+
+Why the sessions window is exact: a session starting on day D is decided by
+- the event before its first event, if that one is within the gap G: at most
+  `lookback = ceil(G / 1 day)` days before D (D-1 for G = 30 min), and
+- its chain up to start + L, plus the next event if it comes within G (that one only decides
+  quarantine): at most `lookahead = ceil((L + G) / 1 day)` days after D (D+2 with the defaults,
+  since a start at 23:59 on D plus 24 h 30 min ends on D+2).
+No other event can change it, so sessions D depends on events D-lookback .. D+lookahead.
+"""
 
 from __future__ import annotations
 
-from dagster import DailyPartitionsDefinition
+import math
+from datetime import date, timedelta
+
+from dagster import DailyPartitionsDefinition, TimeWindowPartitionMapping
 
 from sessionize_assets.settings import Settings
 
 PARTITION_FORMAT = "%Y-%m-%d"
+ONE_DAY = timedelta(days=1)
 
 
 def received_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
@@ -14,3 +27,49 @@ def received_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
     return DailyPartitionsDefinition(
         start_date=settings.start_date.isoformat(), timezone="UTC", fmt=PARTITION_FORMAT
     )
+
+
+def event_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
+    """Event (and session) days. One day ahead: `timestamp` may lead `receivedAt` slightly."""
+    return DailyPartitionsDefinition(
+        start_date=settings.start_date.isoformat(),
+        timezone="UTC",
+        fmt=PARTITION_FORMAT,
+        end_offset=1,
+    )
+
+
+def session_lookback_days(settings: Settings) -> int:
+    return math.ceil(settings.session_gap / ONE_DAY)
+
+
+def session_lookahead_days(settings: Settings) -> int:
+    return math.ceil((settings.max_session_length + settings.session_gap) / ONE_DAY)
+
+
+def sessions_on_events_mapping(settings: Settings) -> TimeWindowPartitionMapping:
+    """sessions D <- events D-lookback .. D+lookahead."""
+    return TimeWindowPartitionMapping(
+        start_offset=-session_lookback_days(settings),
+        end_offset=session_lookahead_days(settings),
+    )
+
+
+def event_window(session_dates: list[date], settings: Settings) -> list[date]:
+    """Event dates that decide the sessions of `session_dates`."""
+    days: set[date] = set()
+    for day in session_dates:
+        first = day - timedelta(days=session_lookback_days(settings))
+        last = day + timedelta(days=session_lookahead_days(settings))
+        days.update(first + timedelta(days=i) for i in range((last - first).days + 1))
+    return sorted(days)
+
+
+def session_dates_for(event_dates: list[date], settings: Settings) -> list[date]:
+    """Session dates whose sessions can change when events on `event_dates` change."""
+    days: set[date] = set()
+    for day in event_dates:
+        first = day - timedelta(days=session_lookahead_days(settings))
+        last = day + timedelta(days=session_lookback_days(settings))
+        days.update(first + timedelta(days=i) for i in range((last - first).days + 1))
+    return sorted(d for d in days if d >= settings.start_date)

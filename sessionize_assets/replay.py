@@ -12,12 +12,11 @@ from datetime import date
 
 from dagster import AssetKey, DagsterInstance
 
-from sessionize_assets.definitions import build_definitions
+from sessionize_assets.definitions import INGEST_JOB, build_definitions
 from sessionize_assets.settings import Settings
 
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-INGEST_KEYS = [AssetKey("raw_events"), AssetKey("rejected_events")]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +60,7 @@ def replay(
 ) -> ReplaySummary:
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
-    job = defs.resolve_implicit_global_asset_job_def()
+    job = defs.resolve_job_def(INGEST_JOB)
     partitions = job.partitions_def
     assert partitions is not None
     known = set(partitions.get_partition_keys(dynamic_partitions_store=instance))
@@ -78,7 +77,6 @@ def replay(
         result = job.execute_in_process(
             partition_key=key,
             instance=instance,
-            asset_selection=INGEST_KEYS,
             raise_on_error=False,
             run_config=QUIET,
             tags={"sessionize/replay_batch": key},

@@ -6,7 +6,6 @@ reads `os.environ` at import time.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -45,16 +44,6 @@ class Settings:
             raise SettingsError(f"future tolerance must be >= 0, got {self.future_tolerance}")
         if self.max_partitions_per_run < 1:
             raise SettingsError("max partitions per run must be at least 1")
-
-    @property
-    def session_lookahead_days(self) -> int:
-        """Days after D whose events can still belong to a session that starts on D.
-
-        A session starting on D includes events up to start + L, and its chain is only
-        known to have ended after a gap of more than G, so events up to D + 1 day + L + G
-        decide it.
-        """
-        return math.ceil((self.max_session_length + self.session_gap) / timedelta(days=1))
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]

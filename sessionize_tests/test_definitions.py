@@ -2,18 +2,28 @@ from __future__ import annotations
 
 from dagster import AssetKey
 
-from sessionize_assets.definitions import build_definitions
+from sessionize_assets.definitions import INGEST_JOB, build_definitions
 
 
 def test_definitions_load_with_documented_assets(settings):
     defs = build_definitions(settings, spark_ui=False)
     graph = defs.resolve_asset_graph()
-    assert {AssetKey("raw_events"), AssetKey("rejected_events")} <= graph.get_all_asset_keys()
+    assert {
+        AssetKey(name)
+        for name in (
+            "raw_events",
+            "rejected_events",
+            "events",
+            "sessions",
+            "session_quarantine",
+            "session_changes",
+        )
+    } == graph.get_all_asset_keys()
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         assert node.description, f"{key} needs a business description for the UI"
         assert node.partitions_def is not None
-    job = defs.resolve_implicit_global_asset_job_def()
+    job = defs.resolve_job_def(INGEST_JOB)
     assert job.executor_def.name == "in_process"
     first = job.partitions_def.get_first_partition_key()
     assert first == settings.start_date.isoformat()
@@ -25,5 +35,5 @@ def test_module_entry_point_reads_the_environment(monkeypatch, tmp_path):
     from sessionize_assets.definitions import defs
 
     loaded = defs()
-    job = loaded.resolve_implicit_global_asset_job_def()
+    job = loaded.resolve_job_def(INGEST_JOB)
     assert job.partitions_def.get_first_partition_key() == "2026-02-01"

@@ -10,122 +10,23 @@ import gzip
 import json
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sessionize_assets.generate import REJECTION_REASONS, GenerationReport, generate_landing_zone
+from sessionize_tests.reference import (
+    Accepted,
+    Reference,
+    non_empty_str,
+    read_lines,
+    reference_validate,
+)
 
 START = date(2026, 1, 1)
 GAP = timedelta(minutes=30)
-FUTURE_TOLERANCE = timedelta(minutes=5)
-
-
-# ----------------------------------------------------------------------- reference SPEC §2
-
-
-@dataclass(frozen=True)
-class Accepted:
-    message_id: str
-    user_key: str
-    ts: datetime
-    received: datetime
-    received_date: date
-    raw_timestamp: str
-
-
-@dataclass(frozen=True)
-class Reference:
-    lines: int
-    rejections: Counter[str]
-    winners: dict[str, Accepted]
-
-
-def parse_iso(value: Any) -> datetime | None:
-    """The project's rule: a string with date and time that fromisoformat takes; naive = UTC."""
-    if not isinstance(value, str) or len(value) < 11 or value[10] not in "Tt ":
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-
-
-def non_empty_str(value: Any) -> bool:
-    return isinstance(value, str) and value != ""
-
-
-def read_lines(path: Path) -> list[str]:
-    data = path.read_bytes()
-    if path.name.endswith(".gz"):
-        data = gzip.decompress(data)
-    return data.decode("utf-8").split("\n")
-
-
-def reference_validate(landing: Path, pipeline_start: date) -> Reference:
-    """SPEC §2 in plain Python: checks in order, then duplicate winners across batches."""
-    rejections: Counter[str] = Counter()
-    candidates: list[Accepted] = []
-    lines = 0
-    for folder in sorted(landing.glob("received_date=*")):
-        received_date = date.fromisoformat(folder.name.split("=", 1)[1])
-        for path in sorted(folder.iterdir()):
-            if not path.name.endswith((".jsonl", ".jsonl.gz")):
-                continue
-            for line in read_lines(path):
-                if line.strip() == "":
-                    continue
-                lines += 1
-                reason, accepted = classify(line, received_date, pipeline_start)
-                if reason is not None:
-                    rejections[reason] += 1
-                else:
-                    assert accepted is not None
-                    candidates.append(accepted)
-    winners: dict[str, Accepted] = {}
-    for cand in candidates:
-        best = winners.get(cand.message_id)
-        if best is None:
-            winners[cand.message_id] = cand
-            continue
-        rejections["duplicate"] += 1
-        assert (cand.received_date, cand.received) != (best.received_date, best.received)
-        if (cand.received_date, cand.received) < (best.received_date, best.received):
-            winners[cand.message_id] = cand
-    return Reference(lines=lines, rejections=rejections, winners=winners)
-
-
-def classify(
-    line: str, received_date: date, pipeline_start: date
-) -> tuple[str | None, Accepted | None]:
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return "malformed_json", None
-    if not isinstance(obj, dict):
-        return "malformed_json", None
-    if not non_empty_str(obj.get("messageId")):
-        return "missing_message_id", None
-    user_id, anonymous_id = obj.get("userId"), obj.get("anonymousId")
-    if not (non_empty_str(user_id) or non_empty_str(anonymous_id)):
-        return "missing_user", None
-    ts = parse_iso(obj.get("timestamp"))
-    if ts is None:
-        return "bad_timestamp", None
-    received = parse_iso(obj.get("receivedAt"))
-    if received is None:
-        return "bad_received_at", None
-    if ts > received + FUTURE_TOLERANCE:
-        return "future_timestamp", None
-    if ts.date() < pipeline_start:
-        return "before_start", None
-    key = user_id if non_empty_str(user_id) else anonymous_id
-    return None, Accepted(obj["messageId"], key, ts, received, received_date, obj["timestamp"])
 
 
 def chains(winners: dict[str, Accepted]) -> list[list[Accepted]]:

@@ -53,13 +53,3 @@ def test_environment_overrides():
 def test_bad_values_say_which_variable(name, value):
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
-
-
-@pytest.mark.parametrize(
-    ("gap_minutes", "max_hours", "days"), [(30, 24, 2), (30, 23, 1), (60, 47, 2), (60, 48, 3)]
-)
-def test_session_lookahead_covers_max_length_plus_gap(gap_minutes, max_hours, days):
-    s = Settings(
-        session_gap=timedelta(minutes=gap_minutes), max_session_length=timedelta(hours=max_hours)
-    )
-    assert s.session_lookahead_days == days

@@ -14,13 +14,15 @@ from dagster import (
     multi_asset,
 )
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from sessionize_assets.assets.metadata import commit_metadata, definition_metadata, markdown_table
 from sessionize_assets.lake.tables import RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.validation import REASONS, parse_lines, split_batch
+from sessionize_assets.transforms.validation import INGEST, REASONS
+from sessionize_assets.updates import ingest_batch_lines
 
 LATENESS_BUCKETS = (("same day", 0, 0), ("1 day", 1, 1), ("2-7 days", 2, 7), ("8-30 days", 8, 30))
 
@@ -104,26 +106,19 @@ def build_ingest_assets(
         files = landing.batch_files(received)
         if not files:
             context.log.warning(f"no batch folder or files at {landing.batch_dir(received)}")
-        lines = landing.read_lines(spark, received)
-        parsed = parse_lines(
-            lines, start_date=settings.start_date, future_tolerance=settings.future_tolerance
-        ).persist()
-        try:
-            accepted, rejected = split_batch(parsed)
-            tags = {"dagster_run_id": context.run.run_id, "partition": context.partition_key}
-            raw_commit = store.replace_partitions(
-                RAW_EVENTS, accepted, partitions=[received], commit_metadata=tags
-            )
-            rejected_commit = store.replace_partitions(
-                REJECTED_EVENTS, rejected, partitions=[received], commit_metadata=tags
-            )
-        finally:
-            parsed.unpersist()
+        result = ingest_batch_lines(
+            store,
+            landing.read_lines(spark, received),
+            received=received,
+            settings=settings,
+            run_id=context.run.run_id,
+        )
         profile = profile_batch(
             store.read(RAW_EVENTS, partitions=[received]),
-            store.read(REJECTED_EVENTS, partitions=[received]),
+            store.read(REJECTED_EVENTS, partitions=[received]).where(F.col("origin") == INGEST),
             received=received,
         )
+        raw_commit, rejected_commit = result.raw, result.rejected
         context.log.info(
             f"batch {received}: {len(files)} files, {profile.accepted} accepted, "
             f"{profile.rejected} rejected, {profile.late_events} late"
@@ -132,7 +127,7 @@ def build_ingest_assets(
             asset_key="raw_events",
             metadata=_raw_metadata(profile)
             | commit_metadata(raw_commit, uri=store.uri(RAW_EVENTS))
-            | {"files": len(files)},
+            | {"files": len(files), "index_version": result.index.version},
         )
         yield MaterializeResult(
             asset_key="rejected_events",

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from pyspark.sql.types import (
+    BooleanType,
+    DataType,
     DateType,
+    DoubleType,
+    IntegerType,
+    LongType,
     StringType,
     StructField,
     StructType,
@@ -13,35 +18,42 @@ from pyspark.sql.types import (
 from sessionize_assets.lake.store import TableSpec
 
 
-def _fields(*columns: tuple[str, object, bool, str]) -> StructType:
+def _fields(*columns: tuple[str, DataType, bool, str]) -> StructType:
     return StructType(
         [
-            StructField(name, data_type, nullable, metadata={"comment": comment})  # type: ignore[arg-type]
+            StructField(name, data_type, nullable, metadata={"comment": comment})
             for name, data_type, nullable, comment in columns
         ]
     )
 
 
+_SOURCE_FILE = ("source_file", StringType(), False, "landing file, relative to the landing folder")
+_RAW_LINE = ("raw_line", StringType(), False, "the line exactly as received")
+_EVENT_FIELDS = (
+    ("user_id", StringType(), False, "user key: userId if non-empty, else anonymousId"),
+    ("segment_user_id", StringType(), True, "userId as sent (null when absent or empty)"),
+    ("anonymous_id", StringType(), True, "anonymousId as sent"),
+    ("event_ts", TimestampType(), False, "event time on the device, UTC"),
+    ("event_date", DateType(), False, "UTC date of event_ts"),
+    ("received_at", TimestampType(), False, "receivedAt, UTC"),
+    ("received_date", DateType(), False, "the landing batch (received day)"),
+    ("event_type", StringType(), True, "Segment type: track, page, screen, identify..."),
+    ("event_name", StringType(), True, "Segment event name (track calls)"),
+    ("properties", StringType(), True, "properties as a JSON string"),
+    ("context", StringType(), True, "context as a JSON string"),
+    ("extra", StringType(), True, "every other field of the message, as a JSON object"),
+    _SOURCE_FILE,
+)
+
 RAW_EVENTS = TableSpec(
     name="raw_events",
     partition_by="received_date",
-    sort_by=("user_id", "event_ts"),
+    sort_by=("event_date", "user_id", "event_ts"),
     description="Valid lines of each landing batch, parsed; one partition per received day.",
     schema=_fields(
         ("message_id", StringType(), False, "Segment messageId: the event id"),
-        ("user_id", StringType(), False, "user key: userId if non-empty, else anonymousId"),
-        ("segment_user_id", StringType(), True, "userId as sent (null when absent or empty)"),
-        ("anonymous_id", StringType(), True, "anonymousId as sent"),
-        ("event_ts", TimestampType(), False, "event time on the device, UTC"),
-        ("event_date", DateType(), False, "UTC date of event_ts"),
-        ("received_at", TimestampType(), False, "receivedAt, UTC"),
-        ("received_date", DateType(), False, "the landing batch (received day)"),
-        ("event_type", StringType(), True, "Segment type: track, page, screen, identify..."),
-        ("event_name", StringType(), True, "Segment event name (track calls)"),
-        ("properties", StringType(), True, "properties as a JSON string"),
-        ("context", StringType(), True, "context as a JSON string"),
-        ("extra", StringType(), True, "every other field of the message, as a JSON object"),
-        ("source_file", StringType(), False, "landing file, relative to the landing folder"),
+        *_EVENT_FIELDS,
+        _RAW_LINE,
     ),
 )
 
@@ -50,11 +62,117 @@ REJECTED_EVENTS = TableSpec(
     partition_by="received_date",
     description="Input lines that did not become events, with the first rule they broke.",
     schema=_fields(
-        ("raw_line", StringType(), False, "the line exactly as received"),
+        _RAW_LINE,
         ("reason", StringType(), False, "SPEC §2 reason code"),
         ("detail", StringType(), True, "what exactly was wrong, for a human"),
         ("message_id", StringType(), True, "messageId when the line had a usable one"),
         ("received_date", DateType(), False, "the landing batch (received day)"),
-        ("source_file", StringType(), False, "landing file, relative to the landing folder"),
+        _SOURCE_FILE,
+        ("origin", StringType(), False, "ingest (validation, in-batch copies) or events (dedup)"),
+        ("event_date", DateType(), True, "for cross-batch duplicates: the copy's event date"),
     ),
+)
+
+BATCH_EVENT_DATES = TableSpec(
+    name="batch_event_dates",
+    partition_by="received_date",
+    description="Which event dates each received batch holds: what late data touches.",
+    schema=_fields(
+        ("received_date", DateType(), False, "the landing batch"),
+        ("event_date", DateType(), False, "an event date the batch holds events for"),
+        ("events", LongType(), False, "accepted raw rows of the batch on that event date"),
+        ("ingest_version", LongType(), False, "raw_events version that wrote the batch"),
+    ),
+)
+
+INCREMENTAL_MANIFEST = TableSpec(
+    name="incremental_manifest",
+    partition_by="asset",
+    description="Per asset partition, the (event date, batch, version) inputs it has absorbed.",
+    schema=_fields(
+        ("asset", StringType(), False, "events or sessions"),
+        ("partition_date", DateType(), False, "the asset partition"),
+        ("event_date", DateType(), False, "an input event date"),
+        ("received_date", DateType(), False, "an input batch"),
+        ("ingest_version", LongType(), False, "the batch's raw_events version"),
+        ("run_id", StringType(), True, "the Dagster run that absorbed it"),
+        ("processed_at", TimestampType(), False, "when"),
+    ),
+)
+
+EVENTS = TableSpec(
+    name="events",
+    partition_by="event_date",
+    sort_by=("user_id", "event_ts", "event_id"),
+    description="Accepted, deduplicated events by the UTC day they happened.",
+    schema=_fields(
+        ("event_id", StringType(), False, "Segment messageId"),
+        *_EVENT_FIELDS,
+    ),
+)
+
+SESSIONS = TableSpec(
+    name="sessions",
+    partition_by="session_date",
+    sort_by=("user_id", "session_start"),
+    buckets=4,
+    description="User sessions by the UTC day they started (SPEC §3).",
+    schema=_fields(
+        ("session_id", StringType(), False, "deterministic: hash of user key and start"),
+        ("user_id", StringType(), False, "user key"),
+        ("session_date", DateType(), False, "UTC date of session_start"),
+        ("session_start", TimestampType(), False, "first event's time"),
+        ("session_end", TimestampType(), False, "last included event's time"),
+        ("duration_seconds", DoubleType(), False, "session_end - session_start"),
+        ("event_count", LongType(), False, "events included"),
+        ("session_number", IntegerType(), False, "1-based rank among the user's sessions that day"),
+        ("is_quarantined", BooleanType(), False, "the chain ran past the maximum length"),
+    ),
+)
+
+SESSION_QUARANTINE = TableSpec(
+    name="session_quarantine",
+    partition_by="session_date",
+    sort_by=("user_id", "session_start"),
+    description="Sessions whose chain of events ran past the maximum session length.",
+    schema=_fields(
+        ("session_id", StringType(), False, "the quarantined session"),
+        ("user_id", StringType(), False, "user key"),
+        ("session_date", DateType(), False, "UTC date of session_start"),
+        ("session_start", TimestampType(), False, "first event's time"),
+        ("capped_at", TimestampType(), False, "session_start + maximum length"),
+        ("chain_end", TimestampType(), False, "last event of the chain, past the cap"),
+        ("excluded_events", LongType(), False, "chain events after capped_at (in no session)"),
+        ("reason", StringType(), False, "exceeds_max_session_length"),
+    ),
+)
+
+SESSION_CHANGES = TableSpec(
+    name="session_changes",
+    partition_by="session_date",
+    sort_by=("run_id", "session_id"),
+    description="Corrections log: sessions each run removed and added.",
+    schema=_fields(
+        ("change", StringType(), False, "added or removed"),
+        ("session_id", StringType(), False, "the session"),
+        ("user_id", StringType(), False, "user key"),
+        ("session_date", DateType(), False, "the session's date"),
+        ("session_start", TimestampType(), False, "its start"),
+        ("session_end", TimestampType(), False, "its end"),
+        ("event_count", LongType(), False, "its events"),
+        ("commit_version", LongType(), False, "sessions table version the change is in"),
+        ("run_id", StringType(), False, "the Dagster run"),
+        ("changed_at", TimestampType(), False, "when"),
+    ),
+)
+
+ALL_TABLES = (
+    RAW_EVENTS,
+    REJECTED_EVENTS,
+    BATCH_EVENT_DATES,
+    INCREMENTAL_MANIFEST,
+    EVENTS,
+    SESSIONS,
+    SESSION_QUARANTINE,
+    SESSION_CHANGES,
 )

@@ -27,6 +27,10 @@ FUTURE_TIMESTAMP = "future_timestamp"
 BEFORE_START = "before_start"
 DUPLICATE = "duplicate"
 
+# Who put a row in rejected_events: validation at ingestion, or cross-batch dedup in events.
+INGEST = "ingest"
+DEDUP = "events"
+
 REASONS = (
     MALFORMED_JSON,
     MISSING_MESSAGE_ID,
@@ -273,4 +277,7 @@ def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
     invalid = parsed.where(F.col("reason").isNotNull()).select(
         "raw_line", "reason", "detail", "message_id", "received_date", "source_file"
     )
-    return accepted, invalid.unionByName(duplicates)
+    rejected = invalid.unionByName(duplicates).select(
+        "*", F.lit(INGEST).alias("origin"), F.lit(None).cast("date").alias("event_date")
+    )
+    return accepted, rejected

@@ -13,7 +13,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, instance_for_test
 from deltalake import DeltaTable
 
-from sessionize_assets.definitions import build_definitions
+from sessionize_assets.definitions import INGEST_JOB, build_definitions
 from sessionize_assets.generate import generate_landing_zone
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.validation import REASONS
@@ -28,7 +28,7 @@ def instance():
 
 
 def ingest(settings: Settings, instance: DagsterInstance, day: date):
-    job = build_definitions(settings, spark_ui=False).resolve_implicit_global_asset_job_def()
+    job = build_definitions(settings, spark_ui=False).resolve_job_def(INGEST_JOB)
     result = job.execute_in_process(partition_key=day.isoformat(), instance=instance)
     assert result.success
     return {

@@ -1,0 +1,66 @@
+"""raw_events -> `events` by event date, with the cross-batch duplicate rule."""
+
+from datetime import date
+
+from dagster import (
+    AllPartitionMapping,
+    AssetDep,
+    AssetExecutionContext,
+    AssetsDefinition,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    PartitionsDefinition,
+    asset,
+)
+
+from sessionize_assets.assets.metadata import definition_metadata, markdown_table
+from sessionize_assets.lake.tables import EVENTS
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.updates import update_events
+
+
+def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinition:
+    @asset(
+        name="events",
+        partitions_def=partitions_def,
+        # Which batches feed an event date is data: the index says, the late-data sensor asks.
+        deps=[AssetDep("raw_events", partition_mapping=AllPartitionMapping())],
+        backfill_policy=BackfillPolicy.single_run(),
+        group_name="events",
+        kinds={"spark", "delta"},
+        owners=["team:data-platform"],
+        tags={"layer": "silver"},
+        metadata=definition_metadata(EVENTS),
+    )
+    def events(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
+        """Accepted events, deduplicated across batches, by the UTC day they happened."""
+        store = lake.store()
+        dates = [date.fromisoformat(key) for key in context.partition_keys]
+        report = update_events(
+            store, lake.spark.session(), event_dates=dates, run_id=context.run.run_id
+        )
+        context.log.info(
+            f"events: {len(report.updated)} of {len(dates)} dates had new input "
+            f"({len(report.recomputed)} recomputed), {report.raw_rows_read} raw rows read"
+        )
+        return MaterializeResult(
+            metadata={
+                "dagster/row_count": sum(report.events_by_date.values()),
+                "dagster/uri": MetadataValue.path(store.uri(EVENTS)),
+                "dates_requested": len(dates),
+                "dates_updated": MetadataValue.json([d.isoformat() for d in report.updated]),
+                "dates_recomputed": MetadataValue.json([d.isoformat() for d in report.recomputed]),
+                "batches_read": report.batches_read,
+                "raw_rows_read": report.raw_rows_read,
+                "duplicates_found": report.duplicates,
+                "delta_version": report.events_version if report.events_version is not None else -1,
+                "summary": MetadataValue.md(
+                    f"{len(report.updated)} of {len(dates)} dates had new batches; "
+                    f"read {report.raw_rows_read} raw rows from {report.batches_read} batches.\n\n"
+                    + markdown_table(report.events_by_date, key="event date", value="events")
+                ),
+            }
+        )
+
+    return events

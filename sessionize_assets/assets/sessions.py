@@ -1,0 +1,125 @@
+"""events -> `sessions`, `session_quarantine` and the `session_changes` log, by session date."""
+
+from datetime import date
+
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    PartitionsDefinition,
+    TimeWindowPartitionMapping,
+    multi_asset,
+)
+
+from sessionize_assets.assets.metadata import definition_metadata, markdown_table
+from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.settings import Settings
+from sessionize_assets.updates import update_sessions
+
+
+def build_sessions_assets(
+    *,
+    settings: Settings,
+    partitions_def: PartitionsDefinition,
+    events_mapping: TimeWindowPartitionMapping,
+) -> AssetsDefinition:
+    def spec(key: str, description: str, table) -> AssetSpec:  # type: ignore[no-untyped-def]
+        return AssetSpec(
+            key,
+            description=description,
+            deps=[AssetDep("events", partition_mapping=events_mapping)],
+            group_name="sessions",
+            kinds={"spark", "delta"},
+            owners=["team:data-platform"],
+            tags={"layer": "gold"},
+            metadata=definition_metadata(table),
+        )
+
+    @multi_asset(
+        name="sessionize",
+        partitions_def=partitions_def,
+        backfill_policy=BackfillPolicy.single_run(),
+        specs=[
+            spec("sessions", "User sessions by the UTC day they started.", SESSIONS),
+            spec(
+                "session_quarantine",
+                "Sessions whose events ran past the maximum session length (bots).",
+                SESSION_QUARANTINE,
+            ),
+            spec(
+                "session_changes",
+                "Corrections log: which sessions each run removed and added.",
+                SESSION_CHANGES,
+            ),
+        ],
+    )
+    def sessionize(context: AssetExecutionContext, lake: LakeResource):
+        """Recompute the sessions of users whose events changed, and log the corrections."""
+        store = lake.store()
+        dates = [date.fromisoformat(key) for key in context.partition_keys]
+        report = update_sessions(
+            store,
+            lake.spark.session(),
+            session_dates=dates,
+            settings=settings,
+            run_id=context.run.run_id,
+        )
+        share = f"{report.users_recomputed} of {report.users_total}" if report.updated else "none"
+        context.log.info(
+            f"sessions: {len(report.updated)} of {len(dates)} dates had new events; "
+            f"users recomputed: {share}"
+        )
+        common = {
+            "dates_updated": MetadataValue.json([d.isoformat() for d in report.updated]),
+            "users_recomputed": report.users_recomputed,
+        }
+        yield MaterializeResult(
+            asset_key="sessions",
+            metadata=common
+            | {
+                "dagster/row_count": sum(report.sessions_by_date.values()),
+                "dagster/uri": MetadataValue.path(store.uri(SESSIONS)),
+                "users_in_partitions": report.users_total,
+                "events_read": report.events_read,
+                "sessions_inserted": report.inserted,
+                "sessions_replaced": report.replaced,
+                "sessions_removed": report.removed,
+                "sessions_unchanged": report.unchanged,
+                "files_rewritten": report.files_rewritten,
+                "files_before": report.files_total,
+                "full_recompute": bool(report.recomputed),
+                "delta_version": report.sessions_version
+                if report.sessions_version is not None
+                else -1,
+                "summary": MetadataValue.md(
+                    f"Recomputed **{share}** users; sessions +{report.inserted} "
+                    f"~{report.replaced} -{report.removed}; read {report.events_read} events; "
+                    f"rewrote {report.files_rewritten} of {report.files_total} files.\n\n"
+                    + markdown_table(report.sessions_by_date, key="session date", value="sessions")
+                ),
+            },
+        )
+        yield MaterializeResult(
+            asset_key="session_quarantine",
+            metadata=common
+            | {
+                "quarantined_sessions": report.quarantined,
+                "dagster/uri": MetadataValue.path(store.uri(SESSION_QUARANTINE)),
+            },
+        )
+        yield MaterializeResult(
+            asset_key="session_changes",
+            metadata=common
+            | {
+                "added": report.inserted + report.replaced,
+                "removed": report.removed + report.replaced,
+                "dagster/uri": MetadataValue.path(store.uri(SESSION_CHANGES)),
+            },
+        )
+
+    return sessionize

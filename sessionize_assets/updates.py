@@ -1,0 +1,363 @@
+"""The incremental work behind `events` and `sessions`, as plain functions of a store.
+
+Assets call these with their partition keys; the property tests call them directly, so the
+logic is exercised on real Spark and Delta without the Dagster machinery in the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.incremental import (
+    Inputs,
+    absorbed_inputs,
+    batch_inputs,
+    input_pairs,
+    plan,
+    record_absorbed,
+)
+from sessionize_assets.lake.store import CommitInfo, DeltaStore, partition_string
+from sessionize_assets.lake.tables import (
+    BATCH_EVENT_DATES,
+    EVENTS,
+    RAW_EVENTS,
+    REJECTED_EVENTS,
+    SESSION_CHANGES,
+    SESSION_QUARANTINE,
+    SESSIONS,
+)
+from sessionize_assets.partitions import event_window
+from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.events import (
+    batch_event_dates,
+    duplicate_rejections,
+    raw_to_candidates,
+    resolve_duplicates,
+)
+from sessionize_assets.transforms.sessions import build_sessions
+from sessionize_assets.transforms.validation import DEDUP, INGEST, parse_lines, split_batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    raw: CommitInfo
+    rejected: CommitInfo
+    index: CommitInfo
+    # Event dates whose inputs changed: the batch's dates now, and any it held before.
+    touched_event_dates: list[date]
+
+
+def ingest_batch_lines(
+    store: DeltaStore, lines: DataFrame, *, received: date, settings: Settings, run_id: str
+) -> IngestResult:
+    """Validate one batch's lines; replace its raw rows, its rejections and its index entry."""
+    parsed = parse_lines(
+        lines, start_date=settings.start_date, future_tolerance=settings.future_tolerance
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    tags = {"dagster_run_id": run_id, "received_date": received.isoformat()}
+    try:
+        accepted, rejected = split_batch(parsed)
+        raw = store.replace_partitions(
+            RAW_EVENTS, accepted, partitions=[received], commit_metadata=tags
+        )
+        # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
+        rejected_commit = store.rewrite(
+            REJECTED_EVENTS,
+            partitions=[received],
+            drop=F.col("origin") == INGEST,
+            add=lambda: rejected,
+            commit_metadata=tags,
+        )
+    finally:
+        parsed.unpersist()
+    before = {r[0] for r in _batch_dates(store, received)}
+    index = store.replace_partitions(
+        BATCH_EVENT_DATES,
+        batch_event_dates(
+            store.read(RAW_EVENTS, partitions=[received]), ingest_version=raw.version or 0
+        ),
+        partitions=[received],
+        commit_metadata=tags,
+    )
+    after = {r[0] for r in _batch_dates(store, received)}
+    return IngestResult(
+        raw=raw,
+        rejected=rejected_commit,
+        index=index,
+        touched_event_dates=sorted(before | after),
+    )
+
+
+def _batch_dates(store: DeltaStore, received: date) -> list:  # type: ignore[type-arg]
+    return store.read(BATCH_EVENT_DATES, partitions=[received]).select("event_date").collect()
+
+
+EVENTS_ASSET = "events"
+SESSIONS_ASSET = "sessions"
+
+
+@dataclass(kw_only=True)
+class EventsReport:
+    requested: list[date]
+    updated: list[date] = field(default_factory=list)
+    recomputed: list[date] = field(default_factory=list)
+    batches_read: int = 0
+    raw_rows_read: int = 0
+    events_by_date: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+    events_version: int | None = None
+
+
+@dataclass(kw_only=True)
+class SessionsReport:
+    requested: list[date]
+    updated: list[date] = field(default_factory=list)
+    recomputed: list[date] = field(default_factory=list)
+    users_recomputed: int = 0
+    users_total: int = 0
+    events_read: int = 0
+    inserted: int = 0
+    replaced: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    quarantined: int = 0
+    sessions_by_date: dict[str, int] = field(default_factory=dict)
+    files_rewritten: int = 0
+    files_total: int = 0
+    sessions_version: int | None = None
+
+
+def update_events(
+    store: DeltaStore, spark: SparkSession, *, event_dates: Iterable[date], run_id: str
+) -> EventsReport:
+    """Bring `events` for these dates up to date with every batch ingested so far."""
+    dates = sorted(set(event_dates))
+    report = EventsReport(requested=dates)
+    available = batch_inputs(store, dates)
+    absorbed = absorbed_inputs(store, asset=EVENTS_ASSET, partitions=dates)
+    plans = {d: plan(available[d], absorbed[d]) for d in dates}
+    pending = [d for d in dates if plans[d].pending]
+    if not pending:
+        return report
+    recompute = [d for d in pending if plans[d].needs_recompute]
+    incremental = [d for d in pending if not plans[d].needs_recompute]
+    # Inputs to read from raw: everything for a recompute, only the new batches otherwise.
+    to_read: Inputs = {}
+    for d in pending:
+        to_read.update(plans[d].available if d in recompute else plans[d].new)
+    pairs = input_pairs(spark, to_read)
+    raw = store.read(RAW_EVENTS, partitions={r for _, r in to_read}).join(
+        pairs, on=["event_date", "received_date"], how="left_semi"
+    )
+    base = (
+        store.read(EVENTS, partitions=incremental)
+        .join(pairs, on=["event_date", "received_date"], how="left_anti")
+        .withColumn("raw_line", F.lit(None).cast("string"))
+    )
+    candidates = raw_to_candidates(raw).unionByName(base)
+    winners, losers = resolve_duplicates(candidates)
+    losers = _with_raw_lines(store, losers.persist(StorageLevel.MEMORY_AND_DISK))
+    tags = {"dagster_run_id": run_id, "asset": EVENTS_ASSET}
+    try:
+        commit = store.replace_partitions(EVENTS, winners, partitions=pending, commit_metadata=tags)
+        involved = {r for d in pending for _, r in (*plans[d].available, *absorbed[d])}
+
+        def duplicates() -> DataFrame:
+            found = duplicate_rejections(losers)
+            earlier = store.read(REJECTED_EVENTS, partitions=involved).where(
+                (F.col("origin") == DEDUP) & F.col("event_date").isin(incremental)
+            )
+            return found.unionByName(earlier).dropDuplicates(["message_id", "received_date"])
+
+        store.rewrite(
+            REJECTED_EVENTS,
+            partitions=involved,
+            drop=(F.col("origin") == DEDUP) & F.col("event_date").isin(pending),
+            add=duplicates,
+            commit_metadata=tags,
+        )
+        report.duplicates = losers.count()
+    finally:
+        losers.unpersist()
+    record_absorbed(
+        store, spark, asset=EVENTS_ASSET, absorbed={d: available[d] for d in pending}, run_id=run_id
+    )
+    counts = store.read(EVENTS, partitions=pending).groupBy("event_date").count().collect()
+    report.updated = pending
+    report.recomputed = recompute
+    report.batches_read = len({r for _, r in to_read})
+    report.raw_rows_read = raw.count()
+    report.events_by_date = {partition_string(r[0]): r[1] for r in sorted(counts)}
+    report.events_version = commit.version
+    return report
+
+
+def _with_raw_lines(store: DeltaStore, losers: DataFrame) -> DataFrame:
+    """Displaced winners come from `events`, which has no raw line: fetch it from raw."""
+    displaced_batches = [
+        r[0]
+        for r in losers.where(F.col("raw_line").isNull())
+        .select("received_date")
+        .distinct()
+        .collect()
+    ]
+    if not displaced_batches:
+        return losers
+    lines = store.read(RAW_EVENTS, partitions=displaced_batches).select(
+        F.col("message_id").alias("event_id"), "received_date", F.col("raw_line").alias("_line")
+    )
+    return (
+        losers.join(lines, on=["event_id", "received_date"], how="left")
+        .withColumn("raw_line", F.coalesce("raw_line", "_line"))
+        .drop("_line")
+    )
+
+
+def update_sessions(
+    store: DeltaStore,
+    spark: SparkSession,
+    *,
+    session_dates: Iterable[date],
+    settings: Settings,
+    run_id: str,
+) -> SessionsReport:
+    """Recompute the sessions of users touched by events absorbed since the last run."""
+    dates = sorted(set(session_dates))
+    report = SessionsReport(requested=dates)
+    windows = {d: event_window([d], settings) for d in dates}
+    events_absorbed = absorbed_inputs(
+        store, asset=EVENTS_ASSET, partitions=event_window(dates, settings)
+    )
+    available = {
+        d: {k: v for e in windows[d] for k, v in events_absorbed[e].items()} for d in dates
+    }
+    absorbed = absorbed_inputs(store, asset=SESSIONS_ASSET, partitions=dates)
+    plans = {d: plan(available[d], absorbed[d]) for d in dates}
+    pending = [d for d in dates if plans[d].pending]
+    if not pending:
+        return report
+    recompute = any(plans[d].needs_recompute for d in pending)
+    window = event_window(pending, settings)
+    events = store.read(EVENTS, partitions=window)
+    old = store.read(SESSIONS, partitions=pending)
+    if recompute:
+        touched = None
+    else:
+        new_inputs = {k for d in pending for k in plans[d].new}
+        touched = (
+            store.read(EVENTS, partitions={e for e, _ in new_inputs})
+            .join(
+                input_pairs(spark, new_inputs), on=["event_date", "received_date"], how="left_semi"
+            )
+            .select("user_id")
+            .distinct()
+            .persist()
+        )
+        events = events.join(touched, on="user_id", how="left_semi")
+        old = old.join(touched, on="user_id", how="left_semi")
+    events = events.persist(StorageLevel.MEMORY_AND_DISK)
+    sessions, quarantine = build_sessions(
+        events,
+        gap=settings.session_gap,
+        max_length=settings.max_session_length,
+        session_dates=pending,
+    )
+    sessions = sessions.persist(StorageLevel.MEMORY_AND_DISK)
+    old = old.persist(StorageLevel.MEMORY_AND_DISK)
+    tags = {"dagster_run_id": run_id, "asset": SESSIONS_ASSET}
+    drop = F.lit(True) if touched is None else None
+    try:
+        files_before = len(store.live_files(SESSIONS, partitions=pending))
+        commit = store.rewrite(
+            SESSIONS,
+            partitions=pending,
+            drop=drop,
+            drop_keys=touched,
+            add=lambda: sessions,
+            commit_metadata=tags,
+        )
+        store.rewrite(
+            SESSION_QUARANTINE,
+            partitions=pending,
+            drop=drop,
+            drop_keys=touched,
+            add=lambda: quarantine,
+            commit_metadata=tags,
+        )
+        removed_rows, added_rows = _diff(old, sessions)
+        changes = _changes(
+            removed_rows, added_rows, commit_version=commit.version or 0, run_id=run_id
+        )
+        store.rewrite(
+            SESSION_CHANGES,
+            partitions=pending,
+            drop=F.col("run_id") == run_id,
+            add=lambda: changes,
+            commit_metadata=tags,
+        )
+        removed_ids = {r.session_id for r in removed_rows.select("session_id").collect()}
+        added_ids = {r.session_id for r in added_rows.select("session_id").collect()}
+        report.replaced = len(removed_ids & added_ids)
+        report.inserted = len(added_ids - removed_ids)
+        report.removed = len(removed_ids - added_ids)
+        report.unchanged = sessions.count() - len(added_ids)
+        report.events_read = events.count()
+        report.users_recomputed = events.select("user_id").distinct().count()
+        report.files_rewritten = commit.files_removed
+        report.files_total = files_before
+        report.sessions_version = commit.version
+    finally:
+        for frame in (events, sessions, old, touched):
+            if frame is not None:
+                frame.unpersist()
+    record_absorbed(
+        store,
+        spark,
+        asset=SESSIONS_ASSET,
+        absorbed={d: available[d] for d in pending},
+        run_id=run_id,
+    )
+    now = store.read(SESSIONS, partitions=pending)
+    report.users_total = now.select("user_id").distinct().count()
+    report.quarantined = now.where("is_quarantined").count()
+    report.sessions_by_date = {
+        partition_string(r[0]): r[1] for r in sorted(now.groupBy("session_date").count().collect())
+    }
+    report.updated = pending
+    report.recomputed = pending if recompute else []
+    return report
+
+
+_CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
+
+
+def _diff(old: DataFrame, new: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Old rows that are gone or changed, and new rows that are new or changed."""
+    old_c, new_c = (
+        old.select(*SESSIONS.schema.fieldNames()),
+        new.select(*SESSIONS.schema.fieldNames()),
+    )
+    return old_c.exceptAll(new_c), new_c.exceptAll(old_c)
+
+
+def _changes(
+    removed: DataFrame, added: DataFrame, *, commit_version: int, run_id: str
+) -> DataFrame:
+    now = datetime.now(UTC).replace(tzinfo=None)
+
+    def tag(rows: DataFrame, change: str) -> DataFrame:
+        return rows.select(
+            F.lit(change).alias("change"),
+            *_CONTENT,
+            F.lit(commit_version).cast("long").alias("commit_version"),
+            F.lit(run_id).alias("run_id"),
+            F.lit(now).cast("timestamp").alias("changed_at"),
+        )
+
+    return tag(removed, "removed").unionByName(tag(added, "added"))
