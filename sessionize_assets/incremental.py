@@ -4,6 +4,7 @@ An input is one batch's rows for one event date: (event_date, received_date) at 
 raw_events version that wrote the batch. Comparing what is available with what a partition
 has absorbed says exactly what to do: new inputs are read incrementally; an absorbed input
 that changed or vanished (a re-delivered batch) forces a recompute of that partition.
+Bookkeeping tables are tiny, so they are read and written on the driver with delta-rs.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore
-from sessionize_assets.lake.tables import BATCH_EVENT_DATES, INCREMENTAL_MANIFEST
+from sessionize_assets.lake.store import DeltaStore, TableSpec
+from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENTS_MANIFEST, SESSIONS_MANIFEST
 
 InputKey = tuple[date, date]  # (event_date, received_date)
 Inputs = dict[InputKey, int]  # -> ingest_version
+
+MANIFESTS: dict[str, TableSpec] = {"events": EVENTS_MANIFEST, "sessions": SESSIONS_MANIFEST}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,19 +50,29 @@ def plan(available: Inputs, absorbed: Inputs) -> Plan:
 
 def batch_inputs(store: DeltaStore, event_dates: Iterable[date]) -> dict[date, Inputs]:
     """Per event date, the batches that hold events for it (the received -> event index)."""
-    wanted = sorted(set(event_dates))
+    wanted = set(event_dates)
     out: dict[date, Inputs] = {d: {} for d in wanted}
-    if not wanted:
-        return out
-    rows = (
-        store.read(BATCH_EVENT_DATES)
-        .where(F.col("event_date").isin(wanted))
-        .select("event_date", "received_date", "ingest_version")
-        .collect()
-    )
-    for row in rows:
-        out[row.event_date][(row.event_date, row.received_date)] = row.ingest_version
+    for row in store.read_arrow(BATCH_EVENT_DATES).to_pylist():
+        if row["event_date"] in wanted:
+            key = (row["event_date"], row["received_date"])
+            out[row["event_date"]][key] = row["ingest_version"]
     return out
+
+
+def indexed_rows(store: DeltaStore, inputs: Iterable[InputKey]) -> int:
+    """Raw rows behind these inputs, from the index (no scan)."""
+    wanted = set(inputs)
+    return sum(
+        row["events"]
+        for row in store.read_arrow(BATCH_EVENT_DATES).to_pylist()
+        if (row["event_date"], row["received_date"]) in wanted
+    )
+
+
+def batch_event_dates(store: DeltaStore, received: date) -> list[date]:
+    """Event dates the index holds for one batch."""
+    rows = store.read_arrow(BATCH_EVENT_DATES, partitions=[received]).to_pylist()
+    return sorted({row["event_date"] for row in rows})
 
 
 def absorbed_inputs(
@@ -67,43 +80,44 @@ def absorbed_inputs(
 ) -> dict[date, Inputs]:
     wanted = sorted(set(partitions))
     out: dict[date, Inputs] = {d: {} for d in wanted}
-    if not wanted:
-        return out
-    rows = (
-        store.read(INCREMENTAL_MANIFEST, partitions=[asset])
-        .where(F.col("partition_date").isin(wanted))
-        .select("partition_date", "event_date", "received_date", "ingest_version")
-        .collect()
-    )
-    for row in rows:
-        out[row.partition_date][(row.event_date, row.received_date)] = row.ingest_version
+    for row in store.read_arrow(MANIFESTS[asset], partitions=wanted).to_pylist():
+        key = (row["event_date"], row["received_date"])
+        out[row["partition_date"]][key] = row["ingest_version"]
     return out
 
 
 def record_absorbed(
-    store: DeltaStore,
-    spark: SparkSession,
-    *,
-    asset: str,
-    absorbed: Mapping[date, Inputs],
-    run_id: str,
+    store: DeltaStore, *, asset: str, absorbed: Mapping[date, Inputs], run_id: str
 ) -> None:
     """Replace the manifest of `absorbed`'s partitions with exactly these inputs."""
     if not absorbed:
         return
-    now = datetime.now(UTC).replace(tzinfo=None)
+    now = datetime.now(UTC)
     rows = [
-        (asset, partition, event_date, received_date, version, run_id, now)
+        {
+            "partition_date": partition,
+            "event_date": event_date,
+            "received_date": received_date,
+            "ingest_version": version,
+            "run_id": run_id,
+            "processed_at": now,
+        }
         for partition, inputs in sorted(absorbed.items())
         for (event_date, received_date), version in sorted(inputs.items())
     ]
-    store.rewrite(
-        INCREMENTAL_MANIFEST,
-        partitions=[asset],
-        drop=F.col("partition_date").isin(sorted(absorbed)),
-        add=lambda: spark.createDataFrame(rows, INCREMENTAL_MANIFEST.schema),
+    spec = MANIFESTS[asset]
+    store.replace_partitions_arrow(
+        spec,
+        pa.Table.from_pylist(rows, schema=_arrow_schema(spec)),
+        partitions=sorted(absorbed),
         commit_metadata={"dagster_run_id": run_id, "asset": asset},
     )
+
+
+def _arrow_schema(spec: TableSpec) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spec.schema)
 
 
 def input_pairs(spark: SparkSession, inputs: Iterable[InputKey]) -> DataFrame:

@@ -10,19 +10,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.incremental import (
     Inputs,
     absorbed_inputs,
     batch_inputs,
+    indexed_rows,
     input_pairs,
     plan,
     record_absorbed,
 )
-from sessionize_assets.lake.store import CommitInfo, DeltaStore, partition_string
+from sessionize_assets.incremental import (
+    batch_event_dates as indexed_event_dates,
+)
+from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import (
     BATCH_EVENT_DATES,
     EVENTS,
@@ -76,26 +82,26 @@ def ingest_batch_lines(
         )
     finally:
         parsed.unpersist()
-    before = {r[0] for r in _batch_dates(store, received)}
-    index = store.replace_partitions(
-        BATCH_EVENT_DATES,
-        batch_event_dates(
+    before = set(indexed_event_dates(store, received))
+    index_rows = [
+        row.asDict()
+        for row in batch_event_dates(
             store.read(RAW_EVENTS, partitions=[received]), ingest_version=raw.version or 0
-        ),
+        ).collect()
+    ]
+    index = store.replace_partitions_arrow(
+        BATCH_EVENT_DATES,
+        pa.Table.from_pylist(index_rows, schema=to_arrow_schema(BATCH_EVENT_DATES.schema)),
         partitions=[received],
         commit_metadata=tags,
     )
-    after = {r[0] for r in _batch_dates(store, received)}
+    after = {row["event_date"] for row in index_rows}
     return IngestResult(
         raw=raw,
         rejected=rejected_commit,
         index=index,
         touched_event_dates=sorted(before | after),
     )
-
-
-def _batch_dates(store: DeltaStore, received: date) -> list:  # type: ignore[type-arg]
-    return store.read(BATCH_EVENT_DATES, partitions=[received]).select("event_date").collect()
 
 
 EVENTS_ASSET = "events"
@@ -125,7 +131,6 @@ class SessionsReport:
     inserted: int = 0
     replaced: int = 0
     removed: int = 0
-    unchanged: int = 0
     quarantined: int = 0
     sessions_by_date: dict[str, int] = field(default_factory=dict)
     files_rewritten: int = 0
@@ -160,53 +165,56 @@ def update_events(
         .join(pairs, on=["event_date", "received_date"], how="left_anti")
         .withColumn("raw_line", F.lit(None).cast("string"))
     )
-    candidates = raw_to_candidates(raw).unionByName(base)
-    winners, losers = resolve_duplicates(candidates)
-    losers = _with_raw_lines(store, losers.persist(StorageLevel.MEMORY_AND_DISK))
+    candidates = raw_to_candidates(raw).unionByName(base).persist(StorageLevel.MEMORY_AND_DISK)
     tags = {"dagster_run_id": run_id, "asset": EVENTS_ASSET}
     try:
+        winners, losers = resolve_duplicates(candidates)
         commit = store.replace_partitions(EVENTS, winners, partitions=pending, commit_metadata=tags)
-        involved = {r for d in pending for _, r in (*plans[d].available, *absorbed[d])}
+        found = losers.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.collect_set(F.when(F.col("raw_line").isNull(), F.col("received_date"))).alias("d"),
+        ).first()
+        report.duplicates = found["n"]
+        if found["n"] or recompute:
+            losers = _with_raw_lines(store, losers, displaced_batches=found["d"])
+            involved = {r for d in pending for _, r in (*plans[d].available, *absorbed[d])}
 
-        def duplicates() -> DataFrame:
-            found = duplicate_rejections(losers)
-            earlier = store.read(REJECTED_EVENTS, partitions=involved).where(
-                (F.col("origin") == DEDUP) & F.col("event_date").isin(incremental)
+            def duplicates() -> DataFrame:
+                earlier = store.read(REJECTED_EVENTS, partitions=involved).where(
+                    (F.col("origin") == DEDUP) & F.col("event_date").isin(incremental)
+                )
+                return (
+                    duplicate_rejections(losers)
+                    .unionByName(earlier)
+                    .dropDuplicates(["message_id", "received_date"])
+                )
+
+            # Owned rows of these dates are replaced whole, so a re-run cannot add them twice.
+            store.rewrite(
+                REJECTED_EVENTS,
+                partitions=involved,
+                drop=(F.col("origin") == DEDUP) & F.col("event_date").isin(pending),
+                add=duplicates,
+                commit_metadata=tags,
             )
-            return found.unionByName(earlier).dropDuplicates(["message_id", "received_date"])
-
-        store.rewrite(
-            REJECTED_EVENTS,
-            partitions=involved,
-            drop=(F.col("origin") == DEDUP) & F.col("event_date").isin(pending),
-            add=duplicates,
-            commit_metadata=tags,
-        )
-        report.duplicates = losers.count()
     finally:
-        losers.unpersist()
+        candidates.unpersist()
     record_absorbed(
-        store, spark, asset=EVENTS_ASSET, absorbed={d: available[d] for d in pending}, run_id=run_id
+        store, asset=EVENTS_ASSET, absorbed={d: available[d] for d in pending}, run_id=run_id
     )
-    counts = store.read(EVENTS, partitions=pending).groupBy("event_date").count().collect()
     report.updated = pending
     report.recomputed = recompute
     report.batches_read = len({r for _, r in to_read})
-    report.raw_rows_read = raw.count()
-    report.events_by_date = {partition_string(r[0]): r[1] for r in sorted(counts)}
+    report.raw_rows_read = indexed_rows(store, to_read)
+    report.events_by_date = store.row_counts(EVENTS, partitions=pending)
     report.events_version = commit.version
     return report
 
 
-def _with_raw_lines(store: DeltaStore, losers: DataFrame) -> DataFrame:
+def _with_raw_lines(
+    store: DeltaStore, losers: DataFrame, *, displaced_batches: list[date]
+) -> DataFrame:
     """Displaced winners come from `events`, which has no raw line: fetch it from raw."""
-    displaced_batches = [
-        r[0]
-        for r in losers.where(F.col("raw_line").isNull())
-        .select("received_date")
-        .distinct()
-        .collect()
-    ]
     if not displaced_batches:
         return losers
     lines = store.read(RAW_EVENTS, partitions=displaced_batches).select(
@@ -269,19 +277,32 @@ def update_sessions(
         session_dates=pending,
     )
     sessions = sessions.persist(StorageLevel.MEMORY_AND_DISK)
-    old = old.persist(StorageLevel.MEMORY_AND_DISK)
     tags = {"dagster_run_id": run_id, "asset": SESSIONS_ASSET}
     drop = F.lit(True) if touched is None else None
+    # The corrections: old rows that are gone or changed, new rows that are new or changed.
+    diff = _diff(old, sessions).persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        changed = diff.select("change", "session_id").collect()
+        removed_ids = {r.session_id for r in changed if r.change == "removed"}
+        added_ids = {r.session_id for r in changed if r.change == "added"}
         files_before = len(store.live_files(SESSIONS, partitions=pending))
-        commit = store.rewrite(
-            SESSIONS,
-            partitions=pending,
-            drop=drop,
-            drop_keys=touched,
-            add=lambda: sessions,
-            commit_metadata=tags,
-        )
+        commit = None
+        if changed:
+            commit = store.rewrite(
+                SESSIONS,
+                partitions=pending,
+                drop=drop,
+                drop_keys=touched,
+                add=lambda: sessions,
+                commit_metadata=tags,
+            )
+            version = commit.version or 0
+            # A log: each run appends its own rows once (a retried run finds no difference).
+            store.rewrite(
+                SESSION_CHANGES,
+                add=lambda: _changes(diff, commit_version=version, run_id=run_id),
+                commit_metadata=tags,
+            )
         store.rewrite(
             SESSION_QUARANTINE,
             partitions=pending,
@@ -290,45 +311,38 @@ def update_sessions(
             add=lambda: quarantine,
             commit_metadata=tags,
         )
-        removed_rows, added_rows = _diff(old, sessions)
-        changes = _changes(
-            removed_rows, added_rows, commit_version=commit.version or 0, run_id=run_id
-        )
-        store.rewrite(
-            SESSION_CHANGES,
-            partitions=pending,
-            drop=F.col("run_id") == run_id,
-            add=lambda: changes,
-            commit_metadata=tags,
-        )
-        removed_ids = {r.session_id for r in removed_rows.select("session_id").collect()}
-        added_ids = {r.session_id for r in added_rows.select("session_id").collect()}
+        read = events.agg(
+            F.count(F.lit(1)).alias("events"), F.countDistinct("user_id").alias("users")
+        ).first()
         report.replaced = len(removed_ids & added_ids)
         report.inserted = len(added_ids - removed_ids)
         report.removed = len(removed_ids - added_ids)
-        report.unchanged = sessions.count() - len(added_ids)
-        report.events_read = events.count()
-        report.users_recomputed = events.select("user_id").distinct().count()
-        report.files_rewritten = commit.files_removed
+        report.events_read = read["events"]
+        report.users_recomputed = read["users"]
+        report.files_rewritten = commit.files_removed if commit else 0
         report.files_total = files_before
-        report.sessions_version = commit.version
+        report.sessions_version = commit.version if commit else store.version(SESSIONS)
     finally:
-        for frame in (events, sessions, old, touched):
+        for frame in (events, sessions, diff, touched):
             if frame is not None:
                 frame.unpersist()
     record_absorbed(
         store,
-        spark,
         asset=SESSIONS_ASSET,
         absorbed={d: available[d] for d in pending},
         run_id=run_id,
     )
-    now = store.read(SESSIONS, partitions=pending)
-    report.users_total = now.select("user_id").distinct().count()
-    report.quarantined = now.where("is_quarantined").count()
-    report.sessions_by_date = {
-        partition_string(r[0]): r[1] for r in sorted(now.groupBy("session_date").count().collect())
-    }
+    totals = (
+        store.read(SESSIONS, partitions=pending)
+        .agg(
+            F.countDistinct("user_id").alias("users"),
+            F.count(F.when(F.col("is_quarantined"), 1)).alias("quarantined"),
+        )
+        .first()
+    )
+    report.users_total = totals["users"]
+    report.quarantined = totals["quarantined"]
+    report.sessions_by_date = store.row_counts(SESSIONS, partitions=pending)
     report.updated = pending
     report.recomputed = pending if recompute else []
     return report
@@ -337,27 +351,22 @@ def update_sessions(
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
 
 
-def _diff(old: DataFrame, new: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Old rows that are gone or changed, and new rows that are new or changed."""
-    old_c, new_c = (
-        old.select(*SESSIONS.schema.fieldNames()),
-        new.select(*SESSIONS.schema.fieldNames()),
+def _diff(old: DataFrame, new: DataFrame) -> DataFrame:
+    columns = SESSIONS.schema.fieldNames()
+    old_rows, new_rows = old.select(*columns), new.select(*columns)
+    return (
+        old_rows.exceptAll(new_rows)
+        .withColumn("change", F.lit("removed"))
+        .unionByName(new_rows.exceptAll(old_rows).withColumn("change", F.lit("added")))
     )
-    return old_c.exceptAll(new_c), new_c.exceptAll(old_c)
 
 
-def _changes(
-    removed: DataFrame, added: DataFrame, *, commit_version: int, run_id: str
-) -> DataFrame:
+def _changes(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFrame:
     now = datetime.now(UTC).replace(tzinfo=None)
-
-    def tag(rows: DataFrame, change: str) -> DataFrame:
-        return rows.select(
-            F.lit(change).alias("change"),
-            *_CONTENT,
-            F.lit(commit_version).cast("long").alias("commit_version"),
-            F.lit(run_id).alias("run_id"),
-            F.lit(now).cast("timestamp").alias("changed_at"),
-        )
-
-    return tag(removed, "removed").unionByName(tag(added, "added"))
+    return diff.select(
+        "change",
+        *_CONTENT,
+        F.lit(commit_version).cast("long").alias("commit_version"),
+        F.lit(run_id).alias("run_id"),
+        F.lit(now).cast("timestamp").alias("changed_at"),
+    )

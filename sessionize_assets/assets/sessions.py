@@ -89,7 +89,6 @@ def build_sessions_assets(
                 "sessions_inserted": report.inserted,
                 "sessions_replaced": report.replaced,
                 "sessions_removed": report.removed,
-                "sessions_unchanged": report.unchanged,
                 "files_rewritten": report.files_rewritten,
                 "files_before": report.files_total,
                 "full_recompute": bool(report.recomputed),

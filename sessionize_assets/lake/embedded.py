@@ -166,6 +166,26 @@ class EmbeddedDeltaStore:
         ]
         return sorted(files)
 
+    def row_counts(
+        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    ) -> dict[str, int]:
+        """Rows per partition from the log's file statistics: no data is read."""
+        table = self._table(spec)
+        if table is None:
+            return {}
+        wanted = None if partitions is None else {partition_string(p) for p in partitions}
+        actions = pa.table(table.get_add_actions(flatten=True))
+        counts: dict[str, int] = {}
+        for value, rows in zip(
+            actions.column(f"partition.{spec.partition_by}").to_pylist(),
+            actions.column("num_records").to_pylist(),
+            strict=True,
+        ):
+            key = partition_string(value)
+            if wanted is None or key in wanted:
+                counts[key] = counts.get(key, 0) + int(rows or 0)
+        return dict(sorted(counts.items()))
+
     def partition_values(self, spec: TableSpec) -> list[str]:
         table = self._table(spec)
         if table is None:
@@ -182,13 +202,60 @@ class EmbeddedDeltaStore:
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
     ) -> CommitInfo:
+        aligned = _align(spec, df)
+        return self._replace(
+            spec,
+            partitions,
+            lambda staging: self._stage(spec, aligned, staging),
+            commit_metadata,
+        )
+
+    def read_arrow(
+        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    ) -> pa.Table:
+        """A small bookkeeping table (or some partitions of it), read on the driver."""
+        table = self._table(spec)
+        schema = to_arrow_schema(spec.schema)
+        if table is None:
+            return schema.empty_table()
+        wanted = None if partitions is None else sorted({partition_string(p) for p in partitions})
+        if wanted == []:
+            return schema.empty_table()
+        filters = None if wanted is None else [(spec.partition_by, "in", wanted)]
+        data = pa.table(table.to_pyarrow_table(filters=filters))
+        return data.select(schema.names).cast(schema)
+
+    def replace_partitions_arrow(
+        self,
+        spec: TableSpec,
+        data: pa.Table,
+        *,
+        partitions: Iterable[PartitionValue],
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> CommitInfo:
+        """`replace_partitions` for small bookkeeping rows built on the driver: no Spark job."""
+        schema = to_arrow_schema(spec.schema)
+        data = data.select(schema.names).cast(schema)
+        return self._replace(
+            spec,
+            partitions,
+            lambda staging: _stage_arrow(spec, data, staging),
+            commit_metadata,
+        )
+
+    def _replace(
+        self,
+        spec: TableSpec,
+        partitions: Iterable[PartitionValue],
+        stage: Callable[[Path], list[tuple[str, Path]]],
+        commit_metadata: Mapping[str, str] | None,
+    ) -> CommitInfo:
         targets = sorted({partition_string(p) for p in partitions})
         if not targets:
             return CommitInfo(table=spec.name, version=self.version(spec), partitions=())
-        aligned = _align(spec, df)
         self.ensure(spec)
         staging = self.path(spec) / _STAGING / uuid.uuid4().hex
-        staged = self._stage(spec, aligned, staging)
+        staged = stage(staging)
         try:
             outside = sorted({value for value, _ in staged} - set(targets))
             if outside:
@@ -432,6 +499,26 @@ class EmbeddedDeltaStore:
         for value, file in staged:
             for candidate in (file, root / f"{spec.partition_by}={value}" / file.name):
                 candidate.unlink(missing_ok=True)
+
+
+def _stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[str, Path]]:
+    """Write one Parquet file per partition value, laid out as Spark would."""
+    staged = []
+    column = spec.partition_by
+    values = data.column(column).to_pylist()
+    if any(v is None for v in values):
+        raise LakeError(f"{spec.name}: rows with a null {column}")
+    order = sorted(range(len(values)), key=lambda i: partition_string(values[i]))
+    data = data.take(pa.array(order, type=pa.int64()))
+    for value in sorted({partition_string(v) for v in values}):
+        mask = pa.array([partition_string(v) == value for v in data.column(column).to_pylist()])
+        part = data.filter(mask).drop_columns([column])
+        folder = staging / f"{column}={value}"
+        folder.mkdir(parents=True, exist_ok=True)
+        file = folder / f"part-{uuid.uuid4().hex}.snappy.parquet"
+        pq.write_table(part, file, compression="snappy", coerce_timestamps="us")
+        staged.append((value, file))
+    return staged
 
 
 def _file_partitions(table: DeltaTable, spec: TableSpec, *, sizes: bool = False) -> list[tuple]:

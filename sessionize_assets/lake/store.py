@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Protocol
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import DateType, StructType
 
@@ -98,6 +99,23 @@ class DeltaStore(Protocol):
         """
         ...
 
+    def read_arrow(
+        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    ) -> pa.Table:
+        """A small bookkeeping table read on the driver (no Spark job)."""
+        ...
+
+    def replace_partitions_arrow(
+        self,
+        spec: TableSpec,
+        data: pa.Table,
+        *,
+        partitions: Iterable[PartitionValue],
+        commit_metadata: Mapping[str, str] | None = None,
+    ) -> CommitInfo:
+        """`replace_partitions` for small bookkeeping rows built on the driver."""
+        ...
+
     def merge(
         self,
         spec: TableSpec,
@@ -134,6 +152,12 @@ class DeltaStore(Protocol):
         self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
     ) -> list[str]:
         """Data files of the current version (for metadata and tests)."""
+        ...
+
+    def row_counts(
+        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    ) -> dict[str, int]:
+        """Rows per partition value, from the Delta log's statistics."""
         ...
 
     def version(self, spec: TableSpec) -> int | None: ...

@@ -1,0 +1,277 @@
+"""Late data, batch by batch: the incremental tables always equal a full recompute."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import date, datetime, timedelta
+
+import pytest
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.tables import (
+    EVENTS,
+    REJECTED_EVENTS,
+    SESSION_CHANGES,
+    SESSION_QUARANTINE,
+    SESSIONS,
+)
+from sessionize_assets.settings import Settings
+from sessionize_tests.driver import BatchRun, process_batch
+from sessionize_tests.reference import reference_sessions, reference_validate
+
+D = date(2026, 1, 10)
+
+
+def day(offset: int) -> date:
+    return D + timedelta(days=offset)
+
+
+class Pipeline:
+    """A landing zone and lake in tmp folders, processed batch by batch like production."""
+
+    def __init__(self, spark, settings: Settings) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+        self.runs = 0
+
+    def land(self, received: date, events: list[tuple], *, name: str = "part.jsonl") -> None:
+        """events: (message_id, user, 'YYYY-MM-DD HH:MM[:SS]') received on `received`."""
+        folder = self.settings.landing_dir / f"received_date={received.isoformat()}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.iterdir():
+            old.unlink()
+        lines = []
+        for i, (mid, user, ts) in enumerate(events):
+            when = datetime.fromisoformat(ts)
+            arrived = max(when, datetime.combine(received, datetime.min.time())) + timedelta(
+                seconds=i + 1
+            )
+            assert arrived.date() == received, "test data: event arrives on another day"
+            lines.append(
+                json.dumps(
+                    {
+                        "messageId": mid,
+                        "userId": user,
+                        "timestamp": when.isoformat() + "Z",
+                        "receivedAt": arrived.isoformat() + "Z",
+                        "type": "track",
+                        "event": "Tapped",
+                    }
+                )
+            )
+        (folder / name).write_text("\n".join(lines) + "\n")
+
+    def process(self, received: date) -> BatchRun:
+        self.runs += 1
+        return process_batch(
+            self.store,
+            self.spark,
+            settings=self.settings,
+            received=received,
+            run_id=f"run-{self.runs}",
+        )
+
+    def sessions(self) -> list[tuple]:
+        return sorted(
+            (
+                r.user_id,
+                r.session_start.isoformat(sep=" "),
+                r.session_end.isoformat(sep=" "),
+                r.event_count,
+                r.session_number,
+                r.is_quarantined,
+            )
+            for r in self.store.read(SESSIONS).collect()
+        )
+
+    def assert_equals_full_recompute(self) -> None:
+        ref = reference_validate(self.settings.landing_dir, self.settings.start_date)
+        events = {r.event_id: r for r in self.store.read(EVENTS).collect()}
+        assert set(events) == set(ref.winners)
+        for event_id, winner in ref.winners.items():
+            assert events[event_id].received_date == winner.received_date
+            assert events[event_id].event_ts == winner.ts.replace(tzinfo=None)
+        rejected = Counter(r.reason for r in self.store.read(REJECTED_EVENTS).collect())
+        assert rejected == ref.rejections
+        expected = sorted(
+            (
+                s.user_id,
+                s.session_start.replace(tzinfo=None).isoformat(sep=" "),
+                s.session_end.replace(tzinfo=None).isoformat(sep=" "),
+                s.event_count,
+                s.session_number,
+                s.is_quarantined,
+            )
+            for s in reference_sessions(
+                ref.winners,
+                gap=self.settings.session_gap,
+                max_length=self.settings.max_session_length,
+            )
+        )
+        assert self.sessions() == expected
+        quarantined = {r.session_id for r in self.store.read(SESSION_QUARANTINE).collect()}
+        flagged = {
+            r.session_id for r in self.store.read(SESSIONS).where("is_quarantined").collect()
+        }
+        assert quarantined == flagged
+
+    def changes(self, run: str) -> list[tuple]:
+        rows = self.store.read(SESSION_CHANGES).where(F.col("run_id") == run).collect()
+        return sorted((r.change, r.session_start.isoformat(sep=" "), r.event_count) for r in rows)
+
+
+@pytest.fixture
+def pipeline(spark, settings) -> Pipeline:
+    return Pipeline(spark, settings)
+
+
+def test_late_event_merges_two_sessions(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
+    pipeline.process(day(0))
+    assert [s[1] for s in pipeline.sessions()] == ["2026-01-10 10:00:00", "2026-01-10 10:50:00"]
+
+    pipeline.land(day(3), [("c", "u", "2026-01-10 10:25")])
+    run = pipeline.process(day(3))
+
+    assert pipeline.sessions() == [("u", "2026-01-10 10:00:00", "2026-01-10 10:50:00", 3, 1, False)]
+    pipeline.assert_equals_full_recompute()
+    assert run.sessions.users_recomputed == 1
+    assert pipeline.changes("run-2") == [
+        ("added", "2026-01-10 10:00:00", 3),
+        ("removed", "2026-01-10 10:00:00", 1),
+        ("removed", "2026-01-10 10:50:00", 1),
+    ]
+
+
+def test_late_event_inside_a_session_only_extends_its_count(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:20")])
+    pipeline.process(day(0))
+    pipeline.land(day(1), [("c", "u", "2026-01-10 10:10")])
+    pipeline.process(day(1))
+    assert pipeline.sessions() == [("u", "2026-01-10 10:00:00", "2026-01-10 10:20:00", 3, 1, False)]
+    pipeline.assert_equals_full_recompute()
+
+
+def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 08:00"), ("b", "u", "2026-01-10 12:00")])
+    pipeline.process(day(0))
+    pipeline.land(day(2), [("c", "u", "2026-01-10 10:00")])
+    pipeline.process(day(2))
+    assert [(s[1][11:16], s[4]) for s in pipeline.sessions()] == [
+        ("08:00", 1),
+        ("10:00", 2),
+        ("12:00", 3),
+    ]
+    pipeline.assert_equals_full_recompute()
+
+
+def test_late_event_joins_the_previous_days_session_across_midnight(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 23:50")])
+    pipeline.land(day(1), [("b", "u", "2026-01-11 00:30")], name="b.jsonl")
+    pipeline.process(day(0))
+    pipeline.process(day(1))
+    assert len(pipeline.sessions()) == 2
+
+    pipeline.land(day(5), [("c", "u", "2026-01-11 00:10")])
+    pipeline.process(day(5))
+
+    assert pipeline.sessions() == [("u", "2026-01-10 23:50:00", "2026-01-11 00:30:00", 3, 1, False)]
+    pipeline.assert_equals_full_recompute()
+
+
+def test_late_event_pulls_the_next_days_session_in(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 23:00")])
+    pipeline.land(day(1), [("b", "u", "2026-01-11 00:20")])
+    pipeline.process(day(0))
+    pipeline.process(day(1))
+    assert [s[1][:10] for s in pipeline.sessions()] == ["2026-01-10", "2026-01-11"]
+
+    pipeline.land(day(4), [("c", "u", "2026-01-10 23:55")])
+    pipeline.process(day(4))
+
+    assert pipeline.sessions() == [
+        ("u", "2026-01-10 23:00:00", "2026-01-10 23:00:00", 1, 1, False),
+        ("u", "2026-01-10 23:55:00", "2026-01-11 00:20:00", 2, 2, False),
+    ]
+    pipeline.assert_equals_full_recompute()
+
+
+def test_untouched_users_keep_their_rows(pipeline):
+    pipeline.land(
+        day(0),
+        [(f"m{i}", f"user-{i}", f"2026-01-10 {8 + i % 10:02d}:00") for i in range(24)],
+    )
+    pipeline.process(day(0))
+    pipeline.land(day(2), [("late", "user-3", "2026-01-10 11:10")])
+    run = pipeline.process(day(2))
+    assert run.sessions.users_recomputed == 1 and run.sessions.users_total == 24
+    assert run.sessions.files_rewritten < run.sessions.files_total
+    pipeline.assert_equals_full_recompute()
+
+
+def test_duplicates_across_batches_whatever_the_order(pipeline):
+    pipeline.land(day(0), [("x", "u", "2026-01-10 10:00"), ("y", "u", "2026-01-10 10:05")])
+    pipeline.land(day(2), [("x", "u", "2026-01-10 10:00"), ("z", "v", "2026-01-12 09:00")])
+    pipeline.process(day(2))  # the later batch first: its copy of x wins for now
+    pipeline.process(day(0))  # the earlier batch arrives: its copy wins, day(2)'s is rejected
+    pipeline.assert_equals_full_recompute()
+    dup = pipeline.store.read(REJECTED_EVENTS).where("reason = 'duplicate'").collect()
+    assert [(r.message_id, r.received_date) for r in dup] == [("x", day(2))]
+    assert json.loads(dup[0].raw_line)["messageId"] == "x"
+
+
+def test_batches_in_any_order_converge(pipeline):
+    batches = {
+        day(0): [("a", "u", "2026-01-10 10:00"), ("b", "v", "2026-01-10 23:45")],
+        day(1): [("c", "v", "2026-01-11 00:05"), ("d", "u", "2026-01-10 10:40")],
+        day(3): [("e", "u", "2026-01-10 10:20"), ("f", "v", "2026-01-11 00:35")],
+    }
+    for received, events in batches.items():
+        pipeline.land(received, events)
+    for received in (day(3), day(0), day(1)):
+        pipeline.process(received)
+    pipeline.assert_equals_full_recompute()
+
+
+def test_redelivered_batch_replaces_what_it_brought(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:20")])
+    pipeline.land(day(1), [("c", "u", "2026-01-10 10:40"), ("d", "u", "2026-01-11 09:00")])
+    pipeline.process(day(0))
+    pipeline.process(day(1))
+    pipeline.assert_equals_full_recompute()
+
+    # Re-delivered: "c" is gone, "e" is new, and the batch no longer touches 2026-01-11.
+    pipeline.land(day(1), [("e", "u", "2026-01-10 10:10")], name="redelivered.jsonl")
+    run = pipeline.process(day(1))
+
+    assert run.events.recomputed == [day(0), day(1)]
+    pipeline.assert_equals_full_recompute()
+    assert pipeline.sessions() == [("u", "2026-01-10 10:00:00", "2026-01-10 10:20:00", 3, 1, False)]
+
+
+def test_reprocessing_without_new_data_changes_nothing(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00")])
+    pipeline.process(day(0))
+    version = pipeline.store.version(SESSIONS)
+    run = pipeline.process(day(0))  # same files again: same rows, new raw version
+    pipeline.assert_equals_full_recompute()
+    assert run.sessions.inserted == run.sessions.removed == 0
+    assert pipeline.store.version(SESSIONS) >= version
+
+
+def test_quarantine_follows_late_bot_events(pipeline):
+    start = datetime(2026, 1, 10, 0, 0)
+    bot = [
+        (f"b{i}", "bot", (start + timedelta(minutes=25 * i)).isoformat(sep=" "))
+        for i in range(0, 62)
+    ]
+    pipeline.land(day(0), [e for e in bot if e[2] < "2026-01-11"])
+    pipeline.process(day(0))
+    assert not any(s[5] for s in pipeline.sessions())
+    pipeline.land(day(2), [e for e in bot if e[2] >= "2026-01-11"])
+    pipeline.process(day(2))
+    pipeline.assert_equals_full_recompute()
+    assert any(s[5] for s in pipeline.sessions())
