@@ -1,18 +1,23 @@
 """Replay a landing zone batch by batch through the project's own Definitions.
 
-Runs go into the given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
+For each batch: one run ingests it, one range run brings the event dates it touched up to
+date, one range run recomputes the sessions those dates decide. Range runs skip partitions
+with nothing new, so a batch costs three runs however late its events are. Runs go into the
+given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterInstance, ExecuteInProcessResult, JobDefinition
 
-from sessionize_assets.definitions import INGEST_JOB, build_definitions
+from sessionize_assets.definitions import EVENTS_JOB, INGEST_JOB, SESSIONS_JOB, build_definitions
+from sessionize_assets.partitions import session_dates_for
 from sessionize_assets.settings import Settings
 
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
@@ -28,7 +33,10 @@ class BatchOutcome:
     accepted: int = 0
     rejected: int = 0
     late_events: int = 0
-    event_dates: int = 0
+    event_dates_updated: int = 0
+    session_dates_updated: int = 0
+    users_recomputed: int = 0
+    users_in_partitions: int = 0
     seconds: float = 0.0
 
 
@@ -42,13 +50,17 @@ class ReplaySummary:
         return all(batch.succeeded for batch in self.batches)
 
     def lines(self) -> list[str]:
-        total = lambda name: sum(getattr(b, name) for b in self.batches)  # noqa: E731
+        def total(name: str) -> int:
+            return sum(getattr(b, name) for b in self.batches)
+
         runs = [b.runs for b in self.batches]
         out = [
             f"batches: {len(self.batches)} processed, {len(self.skipped)} skipped, "
             f"{sum(not b.succeeded for b in self.batches)} failed",
             f"lines: {total('lines')} = {total('accepted')} accepted + "
-            f"{total('rejected')} rejected; late events: {total('late_events')}",
+            f"{total('rejected')} rejected at ingestion; late events: {total('late_events')}",
+            f"users recomputed: {total('users_recomputed')} over the batches, against "
+            f"{total('users_in_partitions')} users in the partitions they touched",
         ]
         if runs:
             out.append(f"runs per batch: max {max(runs)}, total {sum(runs)}")
@@ -60,57 +72,108 @@ def replay(
 ) -> ReplaySummary:
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
-    job = defs.resolve_job_def(INGEST_JOB)
-    partitions = job.partitions_def
-    assert partitions is not None
-    known = set(partitions.get_partition_keys(dynamic_partitions_store=instance))
+    ingest, events, sessions = (
+        defs.resolve_job_def(name) for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB)
+    )
+    assert ingest.partitions_def is not None
+    known = set(ingest.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
     batches = landing.batches()  # type: ignore[attr-defined]
     summary = ReplaySummary()
     echo(f"replaying {len(batches)} batches from {landing.root}")  # type: ignore[attr-defined]
     for index, received in enumerate(batches, start=1):
         key = received.isoformat()
+        prefix = f"[{index}/{len(batches)}] {key}:"
         if key not in known:
-            echo(f"[{index}/{len(batches)}] {key}: outside the received-day partitions, skipped")
+            echo(f"{prefix} outside the received-day partitions, skipped")
             summary.skipped.append(received)
             continue
-        started = time.monotonic()
-        result = job.execute_in_process(
-            partition_key=key,
-            instance=instance,
-            raise_on_error=False,
-            run_config=QUIET,
-            tags={"sessionize/replay_batch": key},
-        )
-        metadata = _materialization_metadata(result, AssetKey("raw_events"))
-        outcome = BatchOutcome(
-            received_date=received,
-            runs=1,
-            succeeded=result.success,
-            lines=int(metadata.get("lines", 0)),
-            accepted=int(metadata.get("accepted", 0)),
-            rejected=int(metadata.get("rejected", 0)),
-            late_events=int(metadata.get("late_events", 0)),
-            event_dates=len(metadata.get("event_dates", {}) or {}),
-            seconds=time.monotonic() - started,
-        )
+        outcome = _replay_batch(received, ingest, events, sessions, instance, settings)
         summary.batches.append(outcome)
-        status = "ok" if outcome.succeeded else "FAILED"
         echo(
-            f"[{index}/{len(batches)}] {key}: {status} in {outcome.seconds:.1f}s, "
-            f"runs={outcome.runs}, lines={outcome.lines}, accepted={outcome.accepted}, "
-            f"rejected={outcome.rejected}, late={outcome.late_events} "
-            f"over {outcome.event_dates} event dates"
+            f"{prefix} {'ok' if outcome.succeeded else 'FAILED'} in {outcome.seconds:.1f}s, "
+            f"runs={outcome.runs}, lines={outcome.lines} (accepted {outcome.accepted}, "
+            f"rejected {outcome.rejected}, late {outcome.late_events}); "
+            f"event dates updated {outcome.event_dates_updated}, session dates updated "
+            f"{outcome.session_dates_updated}, users recomputed {outcome.users_recomputed} "
+            f"of {outcome.users_in_partitions}"
         )
         if not outcome.succeeded:
-            echo(f"stopping: batch {key} failed (run {result.run_id}); see the run's logs")
+            echo(f"stopping: batch {key} failed; see its runs in the Dagster UI")
             break
     for line in summary.lines():
         echo(line)
     return summary
 
 
-def _materialization_metadata(result, asset_key: AssetKey) -> dict:  # type: ignore[no-untyped-def]
+def _replay_batch(
+    received: date,
+    ingest: JobDefinition,
+    events: JobDefinition,
+    sessions: JobDefinition,
+    instance: DagsterInstance,
+    settings: Settings,
+) -> BatchOutcome:
+    started = time.monotonic()
+    tags = {"sessionize/replay_batch": received.isoformat()}
+    runs = 1
+    result = _run(ingest, [received.isoformat()], instance, tags)
+    raw = _metadata(result, "raw_events")
+    touched = raw.get("touched_event_dates") or []
+    event_meta: dict[str, Any] = {}
+    session_meta: dict[str, Any] = {}
+    if result.success and touched:
+        runs += 1
+        result = _run(events, touched, instance, tags)
+        event_meta = _metadata(result, "events")
+        changed = [date.fromisoformat(d) for d in event_meta.get("dates_updated") or []]
+        session_dates = [d.isoformat() for d in session_dates_for(changed, settings)]
+        if result.success and session_dates:
+            runs += 1
+            result = _run(sessions, session_dates, instance, tags)
+            session_meta = _metadata(result, "sessions")
+    return BatchOutcome(
+        received_date=received,
+        runs=runs,
+        succeeded=result.success,
+        lines=int(raw.get("lines", 0)),
+        accepted=int(raw.get("accepted", 0)),
+        rejected=int(raw.get("rejected", 0)),
+        late_events=int(raw.get("late_events", 0)),
+        event_dates_updated=len(event_meta.get("dates_updated") or []),
+        session_dates_updated=len(session_meta.get("dates_updated") or []),
+        users_recomputed=int(session_meta.get("users_recomputed", 0)),
+        users_in_partitions=int(session_meta.get("users_in_partitions", 0)),
+        seconds=time.monotonic() - started,
+    )
+
+
+def _run(
+    job: JobDefinition, keys: Sequence[str], instance: DagsterInstance, tags: dict[str, str]
+) -> ExecuteInProcessResult:
+    """One run over the partitions from the first to the last key (a range run if several)."""
+    first, last = min(keys), max(keys)
+    if first == last:
+        return job.execute_in_process(
+            partition_key=first,
+            instance=instance,
+            raise_on_error=False,
+            run_config=QUIET,
+            tags=tags,
+        )
+    return job.execute_in_process(
+        instance=instance,
+        raise_on_error=False,
+        run_config=QUIET,
+        tags={
+            **tags,
+            "dagster/asset_partition_range_start": first,
+            "dagster/asset_partition_range_end": last,
+        },
+    )
+
+
+def _metadata(result: ExecuteInProcessResult, asset: str) -> dict[str, Any]:
     for event in result.get_asset_materialization_events():
-        if event.asset_key == asset_key:
+        if event.asset_key == AssetKey(asset):
             return {k: v.value for k, v in event.materialization.metadata.items()}
     return {}

@@ -127,7 +127,14 @@ def build_ingest_assets(
             asset_key="raw_events",
             metadata=_raw_metadata(profile)
             | commit_metadata(raw_commit, uri=store.uri(RAW_EVENTS))
-            | {"files": len(files), "index_version": result.index.version},
+            | {
+                "files": len(files),
+                "index_version": result.index.version,
+                # What the late-data sensor requests: dates the batch holds now or held before.
+                "touched_event_dates": MetadataValue.json(
+                    [d.isoformat() for d in result.touched_event_dates]
+                ),
+            },
         )
         yield MaterializeResult(
             asset_key="rejected_events",
