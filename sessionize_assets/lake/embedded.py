@@ -90,7 +90,7 @@ class EmbeddedDeltaStore:
     def ensure(self, spec: TableSpec) -> None:
         table = self._table(spec)
         if table is None:
-            self._create(spec, adds=[])
+            self._create(spec)
             return
         self._check_partitioning(spec, table)
         existing = {f.name: f for f in table.schema().fields}
@@ -116,13 +116,13 @@ class EmbeddedDeltaStore:
                 f"expected [{spec.partition_by!r}]"
             )
 
-    def _create(self, spec: TableSpec, *, adds: list[AddAction]) -> bool:
-        """Create the table with `adds`; False if another writer created it first."""
+    def _create(self, spec: TableSpec) -> bool:
+        """Create the empty table; False if another writer created it first."""
         try:
             create_table_with_add_actions(
                 str(self.path(spec)),
                 delta_schema(spec),
-                adds,
+                [],
                 mode="error",
                 partition_by=[spec.partition_by],
                 name=spec.name,
@@ -270,14 +270,7 @@ class EmbeddedDeltaStore:
             raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return CommitInfo(
-            table=spec.name,
-            version=version,
-            partitions=tuple(targets),
-            files_added=len(adds),
-            files_removed=removed,
-            rows_written=sum(json.loads(a.stats)["numRecords"] for a in adds),
-        )
+        return _commit_info(spec, version, targets, adds, removed)
 
     def merge(
         self,
@@ -358,13 +351,12 @@ class EmbeddedDeltaStore:
                 raise
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            return CommitInfo(
-                table=spec.name,
-                version=DeltaTable(str(self.path(spec))).version(),
-                partitions=tuple(sorted({v for v, _ in staged} | {v for _, v, _ in touched})),
-                files_added=len(adds),
-                files_removed=len(touched),
-                rows_written=sum(json.loads(a.stats)["numRecords"] for a in adds),
+            return _commit_info(
+                spec,
+                DeltaTable(str(self.path(spec))).version(),
+                {v for v, _ in staged} | {v for _, v, _ in touched},
+                adds,
+                len(touched),
             )
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
 
@@ -499,6 +491,19 @@ class EmbeddedDeltaStore:
         for value, file in staged:
             for candidate in (file, root / f"{spec.partition_by}={value}" / file.name):
                 candidate.unlink(missing_ok=True)
+
+
+def _commit_info(
+    spec: TableSpec, version: int, partitions: Iterable[str], adds: list[AddAction], removed: int
+) -> CommitInfo:
+    return CommitInfo(
+        table=spec.name,
+        version=version,
+        partitions=tuple(sorted(partitions)),
+        files_added=len(adds),
+        files_removed=removed,
+        rows_written=sum(json.loads(a.stats)["numRecords"] for a in adds),
+    )
 
 
 def _stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[str, Path]]:
