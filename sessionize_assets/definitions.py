@@ -15,6 +15,7 @@ from sessionize_assets.partitions import (
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.resources.spark import SparkResource
+from sessionize_assets.sensors import build_late_data_sensor
 from sessionize_assets.settings import Settings
 
 INGEST_JOB = "ingest_batch_job"
@@ -53,6 +54,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 SESSIONS_JOB, selection=["sessions", "session_quarantine", "session_changes"]
             ),
         ],
+        sensors=[build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB)],
         resources=build_resources(settings, spark_ui=spark_ui),
         # One Spark session per run: steps share it instead of each starting a JVM.
         executor=in_process_executor,

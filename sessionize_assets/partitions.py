@@ -73,3 +73,18 @@ def session_dates_for(event_dates: list[date], settings: Settings) -> list[date]
         last = day + timedelta(days=session_lookback_days(settings))
         days.update(first + timedelta(days=i) for i in range((last - first).days + 1))
     return sorted(d for d in days if d >= settings.start_date)
+
+
+def contiguous_ranges(days: list[date], *, max_days: int) -> list[tuple[date, date]]:
+    """Cover `days` with (first, last) ranges of at most `max_days` days each.
+
+    One range run per range: partitions in a range that have nothing new are skipped by the
+    assets, so a gap inside a range costs a manifest lookup, not a recompute.
+    """
+    ranges: list[tuple[date, date]] = []
+    for day in sorted(set(days)):
+        if ranges and (day - ranges[-1][0]).days < max_days:
+            ranges[-1] = (ranges[-1][0], day)
+        else:
+            ranges.append((day, day))
+    return ranges

@@ -1,23 +1,33 @@
 """Replay a landing zone batch by batch through the project's own Definitions.
 
-For each batch: one run ingests it, one range run brings the event dates it touched up to
-date, one range run recomputes the sessions those dates decide. Range runs skip partitions
-with nothing new, so a batch costs three runs however late its events are. Runs go into the
+For each batch: one run ingests it; the late-data sensor (evaluated as the daemon would) asks
+for range runs over the event dates the batch touched; range runs then recompute the sessions
+those dates decide. Range runs skip partitions with nothing new, so a batch costs three runs
+unless its late events span more than `max_partitions_per_run` days. Runs go into the
 given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from dagster import AssetKey, DagsterInstance, ExecuteInProcessResult, JobDefinition
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+    JobDefinition,
+    RunRequest,
+    SensorResult,
+    build_sensor_context,
+)
 
 from sessionize_assets.definitions import EVENTS_JOB, INGEST_JOB, SESSIONS_JOB, build_definitions
-from sessionize_assets.partitions import session_dates_for
+from sessionize_assets.partitions import contiguous_ranges, session_dates_for
 from sessionize_assets.settings import Settings
 
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
@@ -75,6 +85,7 @@ def replay(
     ingest, events, sessions = (
         defs.resolve_job_def(name) for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB)
     )
+    late_data = LateDataTicks(defs, instance)
     assert ingest.partitions_def is not None
     known = set(ingest.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
     batches = landing.batches()  # type: ignore[attr-defined]
@@ -87,7 +98,7 @@ def replay(
             echo(f"{prefix} outside the received-day partitions, skipped")
             summary.skipped.append(received)
             continue
-        outcome = _replay_batch(received, ingest, events, sessions, instance, settings)
+        outcome = _replay_batch(received, ingest, events, sessions, late_data, settings)
         summary.batches.append(outcome)
         echo(
             f"{prefix} {'ok' if outcome.succeeded else 'FAILED'} in {outcome.seconds:.1f}s, "
@@ -105,32 +116,70 @@ def replay(
     return summary
 
 
+class LateDataTicks:
+    """Evaluates the project's late-data sensor as the daemon would, keeping its cursor."""
+
+    def __init__(self, defs: Definitions, instance: DagsterInstance) -> None:
+        self._defs = defs
+        self._instance = instance
+        self._sensor = defs.resolve_sensor_def("late_data_sensor")
+        self._cursor: str | None = None
+
+    @property
+    def instance(self) -> DagsterInstance:
+        return self._instance
+
+    def tick(self) -> list[RunRequest]:
+        context = build_sensor_context(
+            instance=self._instance, definitions=self._defs, cursor=self._cursor
+        )
+        result = self._sensor(context)
+        if not isinstance(result, SensorResult):
+            return []
+        self._cursor = result.cursor
+        return list(result.run_requests or [])
+
+
 def _replay_batch(
     received: date,
     ingest: JobDefinition,
     events: JobDefinition,
     sessions: JobDefinition,
-    instance: DagsterInstance,
+    late_data: LateDataTicks,
     settings: Settings,
 ) -> BatchOutcome:
     started = time.monotonic()
+    instance = late_data.instance
     tags = {"sessionize/replay_batch": received.isoformat()}
+    result = _run(ingest, received.isoformat(), received.isoformat(), instance, tags)
     runs = 1
-    result = _run(ingest, [received.isoformat()], instance, tags)
     raw = _metadata(result, "raw_events")
-    touched = raw.get("touched_event_dates") or []
-    event_meta: dict[str, Any] = {}
-    session_meta: dict[str, Any] = {}
-    if result.success and touched:
+    changed: set[date] = set()
+    event_dates_updated = 0
+    for request in late_data.tick() if result.success else []:
         runs += 1
-        result = _run(events, touched, instance, tags)
-        event_meta = _metadata(result, "events")
-        changed = [date.fromisoformat(d) for d in event_meta.get("dates_updated") or []]
-        session_dates = [d.isoformat() for d in session_dates_for(changed, settings)]
-        if result.success and session_dates:
-            runs += 1
-            result = _run(sessions, session_dates, instance, tags)
-            session_meta = _metadata(result, "sessions")
+        result = _run(
+            events,
+            request.tags["dagster/asset_partition_range_start"],
+            request.tags["dagster/asset_partition_range_end"],
+            instance,
+            {**tags, **request.tags},
+        )
+        updated = _metadata(result, "events").get("dates_updated") or []
+        event_dates_updated += len(updated)
+        changed.update(date.fromisoformat(d) for d in updated)
+        if not result.success:
+            break
+    session_meta: list[dict[str, Any]] = []
+    ranges = contiguous_ranges(
+        session_dates_for(sorted(changed), settings), max_days=settings.max_partitions_per_run
+    )
+    for first, last in ranges if result.success else []:
+        runs += 1
+        result = _run(sessions, first.isoformat(), last.isoformat(), instance, tags)
+        session_meta.append(_metadata(result, "sessions"))
+        if not result.success:
+            break
     return BatchOutcome(
         received_date=received,
         runs=runs,
@@ -139,26 +188,31 @@ def _replay_batch(
         accepted=int(raw.get("accepted", 0)),
         rejected=int(raw.get("rejected", 0)),
         late_events=int(raw.get("late_events", 0)),
-        event_dates_updated=len(event_meta.get("dates_updated") or []),
-        session_dates_updated=len(session_meta.get("dates_updated") or []),
-        users_recomputed=int(session_meta.get("users_recomputed", 0)),
-        users_in_partitions=int(session_meta.get("users_in_partitions", 0)),
+        event_dates_updated=event_dates_updated,
+        session_dates_updated=sum(len(m.get("dates_updated") or []) for m in session_meta),
+        users_recomputed=sum(int(m.get("users_recomputed", 0)) for m in session_meta),
+        users_in_partitions=sum(int(m.get("users_in_partitions", 0)) for m in session_meta),
         seconds=time.monotonic() - started,
     )
 
 
 def _run(
-    job: JobDefinition, keys: Sequence[str], instance: DagsterInstance, tags: dict[str, str]
+    job: JobDefinition,
+    first: str,
+    last: str,
+    instance: DagsterInstance,
+    tags: dict[str, str],
 ) -> ExecuteInProcessResult:
-    """One run over the partitions from the first to the last key (a range run if several)."""
-    first, last = min(keys), max(keys)
+    """One run over the partitions first..last (a range run when they differ)."""
     if first == last:
         return job.execute_in_process(
             partition_key=first,
             instance=instance,
             raise_on_error=False,
             run_config=QUIET,
-            tags=tags,
+            tags={
+                k: v for k, v in tags.items() if not k.startswith("dagster/asset_partition_range")
+            },
         )
     return job.execute_in_process(
         instance=instance,

@@ -31,7 +31,8 @@ class Settings:
     future_tolerance: timedelta = timedelta(minutes=5)
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
-    max_partitions_per_run: int = 31
+    # Snowplow calls it backfill_limit_days: the widest range one run covers.
+    max_partitions_per_run: int = 120
 
     def __post_init__(self) -> None:
         if self.session_gap <= timedelta(0):

@@ -1,0 +1,80 @@
+"""The late-data sensor reads every new raw_events materialization, not only the latest."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import pytest
+from dagster import SensorResult, SkipReason, build_sensor_context, instance_for_test
+
+from sessionize_assets.definitions import INGEST_JOB, build_definitions
+from sessionize_assets.partitions import contiguous_ranges
+
+
+def _batch(settings, received: str, timestamps: list[str]) -> None:
+    folder = settings.landing_dir / f"received_date={received}"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "messageId": f"{received}-{i}",
+                "userId": "u",
+                "timestamp": ts,
+                "receivedAt": f"{received}T12:00:00Z",
+            }
+        )
+        for i, ts in enumerate(timestamps)
+    ]
+    (folder / "part.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_two_batches_between_ticks_are_both_seen(settings):
+    settings = settings.with_overrides(max_partitions_per_run=10)
+    _batch(settings, "2026-01-20", ["2026-01-20T08:00:00Z", "2026-01-19T08:00:00Z"])
+    _batch(settings, "2026-01-21", ["2026-01-21T08:00:00Z", "2026-01-02T08:00:00Z"])
+    defs = build_definitions(settings, spark_ui=False)
+    sensor = defs.resolve_sensor_def("late_data_sensor")
+    job = defs.resolve_job_def(INGEST_JOB)
+    with instance_for_test() as instance:
+        first = sensor(build_sensor_context(instance=instance, definitions=defs))
+        assert isinstance(first, SkipReason)
+
+        for key in ("2026-01-20", "2026-01-21"):
+            assert job.execute_in_process(partition_key=key, instance=instance).success
+        result = sensor(build_sensor_context(instance=instance, definitions=defs))
+
+        assert isinstance(result, SensorResult)
+        ranges = [
+            (
+                r.tags["dagster/asset_partition_range_start"],
+                r.tags["dagster/asset_partition_range_end"],
+            )
+            for r in result.run_requests
+        ]
+        # 2026-01-02 is 17 days before the others: two ranges of at most 10 days.
+        assert ranges == [("2026-01-02", "2026-01-02"), ("2026-01-19", "2026-01-21")]
+        assert all(
+            r.tags["sessionize/batches"] == "2026-01-20,2026-01-21" for r in result.run_requests
+        )
+
+        again = sensor(
+            build_sensor_context(instance=instance, definitions=defs, cursor=result.cursor)
+        )
+        assert isinstance(again, SkipReason)
+
+
+@pytest.mark.parametrize(
+    ("days", "max_days", "expected"),
+    [
+        ([], 5, []),
+        ([1, 2, 3], 5, [(1, 3)]),
+        ([1, 3, 9], 5, [(1, 3), (9, 9)]),
+        ([1, 2, 3, 4, 5, 6], 3, [(1, 3), (4, 6)]),
+        ([5, 1, 5], 1, [(1, 1), (5, 5)]),
+    ],
+)
+def test_contiguous_ranges(days, max_days, expected):
+    as_dates = [date(2026, 1, d) for d in days]
+    got = contiguous_ranges(as_dates, max_days=max_days)
+    assert [(a.day, b.day) for a, b in got] == [(a, b) for a, b in expected]
