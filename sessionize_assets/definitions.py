@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dagster import Definitions, define_asset_job, definitions, in_process_executor
+from dagster import AssetSelection, Definitions, define_asset_job, definitions, in_process_executor
 
 from sessionize_assets.assets.events import build_events_asset
 from sessionize_assets.assets.ingest import build_ingest_assets
 from sessionize_assets.assets.sessions import build_sessions_assets
+from sessionize_assets.checks import build_checks
 from sessionize_assets.partitions import (
     event_day_partitions,
     received_day_partitions,
@@ -21,6 +22,7 @@ from sessionize_assets.settings import Settings
 INGEST_JOB = "ingest_batch_job"
 EVENTS_JOB = "events_job"
 SESSIONS_JOB = "sessions_job"
+CHECKS_JOB = "checks_job"
 
 
 def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
@@ -53,7 +55,9 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             define_asset_job(
                 SESSIONS_JOB, selection=["sessions", "session_quarantine", "session_changes"]
             ),
+            define_asset_job(CHECKS_JOB, selection=AssetSelection.all_asset_checks()),
         ],
+        asset_checks=build_checks(settings=settings),
         sensors=[build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB)],
         resources=build_resources(settings, spark_ui=spark_ui),
         # One Spark session per run: steps share it instead of each starting a JVM.

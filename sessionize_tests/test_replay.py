@@ -10,7 +10,7 @@ from collections import Counter
 from datetime import date
 
 import pytest
-from dagster import DagsterRunStatus, RunsFilter, instance_for_test
+from dagster import AssetKey, DagsterRunStatus, RunsFilter, instance_for_test
 
 from sessionize_assets.generate import generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
@@ -100,3 +100,19 @@ def test_tables_equal_the_full_recompute(replayed, spark):
     quarantined = sorted(r.session_id for r in store.read(SESSION_QUARANTINE).collect())
     flagged = sorted(r.session_id for r in store.read(SESSIONS).where("is_quarantined").collect())
     assert quarantined == flagged and len(flagged) > 0
+
+
+def test_asset_checks_pass_after_replay(replayed):
+    from dagster import AssetCheckKey
+
+    from sessionize_assets.definitions import CHECKS_JOB, build_definitions
+
+    settings = replayed[0]
+    job = build_definitions(settings, spark_ui=False).resolve_job_def(CHECKS_JOB)
+    with instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+    evaluations = {e.asset_check_key: e for e in result.get_asset_check_evaluations()}
+    assert len(evaluations) == 5
+    failed = [str(k) for k, e in evaluations.items() if not e.passed]
+    assert failed == []
+    assert AssetCheckKey(AssetKey("events"), "unique_event_ids") in evaluations
