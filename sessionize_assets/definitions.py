@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from dagster import AssetSelection, Definitions, define_asset_job, definitions, in_process_executor
+from dagster import (
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    define_asset_job,
+    definitions,
+    in_process_executor,
+)
 
 from sessionize_assets.assets.events import build_events_asset
 from sessionize_assets.assets.ingest import build_ingest_assets
@@ -23,6 +31,8 @@ INGEST_JOB = "ingest_batch_job"
 EVENTS_JOB = "events_job"
 SESSIONS_JOB = "sessions_job"
 CHECKS_JOB = "checks_job"
+AUTOMATION_SENSOR = "sessions_automation"
+SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
 
 
 def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
@@ -52,13 +62,21 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
         jobs=[
             define_asset_job(INGEST_JOB, selection=["raw_events", "rejected_events"]),
             define_asset_job(EVENTS_JOB, selection=["events"]),
-            define_asset_job(
-                SESSIONS_JOB, selection=["sessions", "session_quarantine", "session_changes"]
-            ),
+            define_asset_job(SESSIONS_JOB, selection=list(SESSION_ASSETS)),
             define_asset_job(CHECKS_JOB, selection=AssetSelection.all_asset_checks()),
         ],
         asset_checks=build_checks(settings=settings),
-        sensors=[build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB)],
+        sensors=[
+            build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB),
+            # Declared so automation runs on a fresh `dagster dev` (the implicit one is STOPPED).
+            AutomationConditionSensorDefinition(
+                AUTOMATION_SENSOR,
+                target=AssetSelection.assets(*SESSION_ASSETS),
+                default_status=DefaultSensorStatus.RUNNING,
+                minimum_interval_seconds=30,
+                description="Re-materializes sessions whose events changed, old dates included.",
+            ),
+        ],
         resources=build_resources(settings, spark_ui=spark_ui),
         # One Spark session per run: steps share it instead of each starting a JVM.
         executor=in_process_executor,

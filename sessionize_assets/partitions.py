@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from datetime import date, timedelta
 
-from dagster import DailyPartitionsDefinition, TimeWindowPartitionMapping
+from dagster import AutomationCondition, DailyPartitionsDefinition, TimeWindowPartitionMapping
 
 from sessionize_assets.settings import Settings
 
@@ -88,3 +88,18 @@ def contiguous_ranges(days: list[date], *, max_days: int) -> list[tuple[date, da
         else:
             ranges.append((day, day))
     return ranges
+
+
+def late_data_condition() -> AutomationCondition:
+    """eager(), but for every partition whose upstream changed, not only the latest one.
+
+    `in_latest_time_window` would ignore late data for old dates, and `any_deps_missing` would
+    hold a date back until every event date of its window exists, although an event date with
+    no events is legitimately empty.
+    """
+    return (
+        AutomationCondition.eager()
+        .without(AutomationCondition.in_latest_time_window())
+        .without(~AutomationCondition.any_deps_missing())
+        .with_label("eager for late data")
+    )

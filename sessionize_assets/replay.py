@@ -1,10 +1,11 @@
 """Replay a landing zone batch by batch through the project's own Definitions.
 
 For each batch: one run ingests it; the late-data sensor (evaluated as the daemon would) asks
-for range runs over the event dates the batch touched; range runs then recompute the sessions
-those dates decide. Range runs skip partitions with nothing new, so a batch costs three runs
-unless its late events span more than `max_partitions_per_run` days. Runs go into the
-given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
+for range runs over the event dates the batch touched; the declarative automation conditions
+(evaluated as the daemon would) then request the sessions those dates decide, run as ranges.
+Range runs skip partitions with nothing new, so a batch costs three runs unless its late
+events span more than `max_partitions_per_run` days. Runs go into the given Dagster
+instance, so `dagster dev` on the same DAGSTER_HOME shows them.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from dagster import (
     RunRequest,
     SensorResult,
     build_sensor_context,
+    evaluate_automation_conditions,
 )
 
 from sessionize_assets.definitions import EVENTS_JOB, INGEST_JOB, SESSIONS_JOB, build_definitions
-from sessionize_assets.partitions import contiguous_ranges, session_dates_for
+from sessionize_assets.partitions import contiguous_ranges
 from sessionize_assets.settings import Settings
 
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
+_MAX_AUTOMATION_ROUNDS = 5
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -86,6 +89,7 @@ def replay(
         defs.resolve_job_def(name) for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB)
     )
     late_data = LateDataTicks(defs, instance)
+    automation = AutomationTicks(defs, instance)
     assert ingest.partitions_def is not None
     known = set(ingest.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
     batches = landing.batches()  # type: ignore[attr-defined]
@@ -98,7 +102,7 @@ def replay(
             echo(f"{prefix} outside the received-day partitions, skipped")
             summary.skipped.append(received)
             continue
-        outcome = _replay_batch(received, ingest, events, sessions, late_data, settings)
+        outcome = _replay_batch(received, ingest, events, sessions, late_data, automation, settings)
         summary.batches.append(outcome)
         echo(
             f"{prefix} {'ok' if outcome.succeeded else 'FAILED'} in {outcome.seconds:.1f}s, "
@@ -140,12 +144,34 @@ class LateDataTicks:
         return list(result.run_requests or [])
 
 
+class AutomationTicks:
+    """Evaluates the declarative automation conditions as the daemon would, keeping its cursor.
+
+    Returns the requested `sessions` partitions; replay runs them as range runs, as the
+    backfill daemon does for a `BackfillPolicy.single_run()` asset.
+    """
+
+    def __init__(self, defs: Definitions, instance: DagsterInstance) -> None:
+        self._defs = defs
+        self._instance = instance
+        self._cursor = evaluate_automation_conditions(defs=defs, instance=instance).cursor
+
+    def tick(self) -> list[date]:
+        result = evaluate_automation_conditions(
+            defs=self._defs, instance=self._instance, cursor=self._cursor
+        )
+        self._cursor = result.cursor
+        keys = result.get_requested_partitions(AssetKey("sessions"))
+        return sorted(date.fromisoformat(key) for key in keys if key is not None)
+
+
 def _replay_batch(
     received: date,
     ingest: JobDefinition,
     events: JobDefinition,
     sessions: JobDefinition,
     late_data: LateDataTicks,
+    automation: AutomationTicks,
     settings: Settings,
 ) -> BatchOutcome:
     started = time.monotonic()
@@ -154,7 +180,6 @@ def _replay_batch(
     result = _run(ingest, received.isoformat(), received.isoformat(), instance, tags)
     runs = 1
     raw = _metadata(result, "raw_events")
-    changed: set[date] = set()
     event_dates_updated = 0
     for request in late_data.tick() if result.success else []:
         runs += 1
@@ -165,21 +190,22 @@ def _replay_batch(
             instance,
             {**tags, **request.tags},
         )
-        updated = _metadata(result, "events").get("dates_updated") or []
-        event_dates_updated += len(updated)
-        changed.update(date.fromisoformat(d) for d in updated)
+        event_dates_updated += len(_metadata(result, "events").get("dates_updated") or [])
         if not result.success:
             break
     session_meta: list[dict[str, Any]] = []
-    ranges = contiguous_ranges(
-        session_dates_for(sorted(changed), settings), max_days=settings.max_partitions_per_run
-    )
-    for first, last in ranges if result.success else []:
-        runs += 1
-        result = _run(sessions, first.isoformat(), last.isoformat(), instance, tags)
-        session_meta.append(_metadata(result, "sessions"))
-        if not result.success:
+    # Tick until nothing more is requested: a tick also records that the last runs handled
+    # their requests, which a new request in the same tick would otherwise be lost to.
+    for _ in range(_MAX_AUTOMATION_ROUNDS):
+        requested = automation.tick() if result.success else []
+        if not requested:
             break
+        for first, last in contiguous_ranges(requested, max_days=settings.max_partitions_per_run):
+            runs += 1
+            result = _run(sessions, first.isoformat(), last.isoformat(), instance, tags)
+            session_meta.append(_metadata(result, "sessions"))
+            if not result.success:
+                break
     return BatchOutcome(
         received_date=received,
         runs=runs,

@@ -17,6 +17,7 @@ from dagster import (
 
 from sessionize_assets.assets.metadata import definition_metadata, markdown_table
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
+from sessionize_assets.partitions import late_data_condition
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.updates import update_sessions
@@ -33,6 +34,7 @@ def build_sessions_assets(
             key,
             description=description,
             deps=[AssetDep("events", partition_mapping=events_mapping)],
+            automation_condition=late_data_condition(),
             group_name="sessions",
             kinds={"spark", "delta"},
             owners=["team:data-platform"],
