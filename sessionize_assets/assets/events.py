@@ -14,7 +14,7 @@ from dagster import (
     asset,
 )
 
-from sessionize_assets.assets.metadata import definition_metadata, markdown_table
+from sessionize_assets.assets.metadata import KINDS, OWNERS, definition_metadata, markdown_table
 from sessionize_assets.lake.tables import EVENTS
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.updates import update_events
@@ -28,8 +28,8 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
         deps=[AssetDep("raw_events", partition_mapping=AllPartitionMapping())],
         backfill_policy=BackfillPolicy.single_run(),
         group_name="events",
-        kinds={"spark", "delta"},
-        owners=["team:data-platform"],
+        kinds=KINDS,
+        owners=OWNERS,
         tags={"layer": "silver"},
         metadata=definition_metadata(EVENTS),
     )

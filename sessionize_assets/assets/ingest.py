@@ -7,7 +7,6 @@ from typing import Any
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
-    AssetSpec,
     MaterializeResult,
     MetadataValue,
     PartitionsDefinition,
@@ -16,7 +15,7 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sessionize_assets.assets.metadata import commit_metadata, definition_metadata, markdown_table
+from sessionize_assets.assets.metadata import commit_metadata, lake_asset_spec, markdown_table
 from sessionize_assets.lake.tables import RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
@@ -76,23 +75,17 @@ def build_ingest_assets(
         name="ingest_batch",
         partitions_def=partitions_def,
         specs=[
-            AssetSpec(
-                "raw_events",
+            lake_asset_spec(
+                RAW_EVENTS,
                 description="Every valid line of a landing batch, parsed, by received day.",
-                group_name="ingest",
-                kinds={"spark", "delta"},
-                owners=["team:data-platform"],
-                tags={"layer": "bronze"},
-                metadata=definition_metadata(RAW_EVENTS),
+                group="ingest",
+                layer="bronze",
             ),
-            AssetSpec(
-                "rejected_events",
+            lake_asset_spec(
+                REJECTED_EVENTS,
                 description="Lines that failed validation, with the reason, per received day.",
-                group_name="ingest",
-                kinds={"spark", "delta"},
-                owners=["team:data-platform"],
-                tags={"layer": "bronze"},
-                metadata=definition_metadata(REJECTED_EVENTS),
+                group="ingest",
+                layer="bronze",
             ),
         ],
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import MetadataValue, TableColumn, TableSchema
+from dagster import AssetSpec, MetadataValue, TableColumn, TableSchema
 
 from sessionize_assets.lake.store import CommitInfo, TableSpec
 
@@ -30,6 +30,26 @@ def definition_metadata(spec: TableSpec) -> dict[str, Any]:
         "dagster/table_name": spec.name,
         "partitioned_by": spec.partition_by,
     }
+
+
+OWNERS = ["team:data-platform"]
+KINDS = {"spark", "delta"}
+
+
+def lake_asset_spec(
+    table: TableSpec, *, description: str, group: str, layer: str, **extra: Any
+) -> AssetSpec:
+    """An asset backed by one Delta table: the same key, kinds, owners and schema metadata."""
+    return AssetSpec(
+        table.name,
+        description=description,
+        group_name=group,
+        kinds=KINDS,
+        owners=OWNERS,
+        tags={"layer": layer},
+        metadata=definition_metadata(table),
+        **extra,
+    )
 
 
 def commit_metadata(commit: CommitInfo, *, uri: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from dagster import (
     multi_asset,
 )
 
-from sessionize_assets.assets.metadata import definition_metadata, markdown_table
+from sessionize_assets.assets.metadata import lake_asset_spec, markdown_table
+from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import late_data_condition
 from sessionize_assets.resources.lake import LakeResource
@@ -29,17 +30,14 @@ def build_sessions_assets(
     partitions_def: PartitionsDefinition,
     events_mapping: TimeWindowPartitionMapping,
 ) -> AssetsDefinition:
-    def spec(key: str, description: str, table) -> AssetSpec:  # type: ignore[no-untyped-def]
-        return AssetSpec(
-            key,
+    def spec(table: TableSpec, description: str) -> AssetSpec:
+        return lake_asset_spec(
+            table,
             description=description,
+            group="sessions",
+            layer="gold",
             deps=[AssetDep("events", partition_mapping=events_mapping)],
             automation_condition=late_data_condition(),
-            group_name="sessions",
-            kinds={"spark", "delta"},
-            owners=["team:data-platform"],
-            tags={"layer": "gold"},
-            metadata=definition_metadata(table),
         )
 
     @multi_asset(
@@ -47,17 +45,12 @@ def build_sessions_assets(
         partitions_def=partitions_def,
         backfill_policy=BackfillPolicy.single_run(),
         specs=[
-            spec("sessions", "User sessions by the UTC day they started.", SESSIONS),
+            spec(SESSIONS, "User sessions by the UTC day they started."),
             spec(
-                "session_quarantine",
-                "Sessions whose events ran past the maximum session length (bots).",
                 SESSION_QUARANTINE,
+                "Sessions whose events ran past the maximum session length (bots).",
             ),
-            spec(
-                "session_changes",
-                "Corrections log: which sessions each run removed and added.",
-                SESSION_CHANGES,
-            ),
+            spec(SESSION_CHANGES, "Corrections log: which sessions each run removed and added."),
         ],
     )
     def sessionize(context: AssetExecutionContext, lake: LakeResource):
