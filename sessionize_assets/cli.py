@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
@@ -35,7 +37,11 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from dagster import DagsterInstance
+    from dagster import BetaWarning, DagsterInstance
+
+    # Progress lines are the output; Dagster's own notices stay in the runs' logs.
+    warnings.filterwarnings("ignore", category=BetaWarning)
+    logging.getLogger("dagster").setLevel(logging.WARNING)
 
     from sessionize_assets.replay import replay
 
