@@ -55,23 +55,29 @@ def sessions_on_events_mapping(settings: Settings) -> TimeWindowPartitionMapping
     )
 
 
+def _around(days: list[date], *, before: int, after: int) -> set[date]:
+    """Every date from `before` days before to `after` days after each of `days`."""
+    return {day + timedelta(days=offset) for day in days for offset in range(-before, after + 1)}
+
+
 def event_window(session_dates: list[date], settings: Settings) -> list[date]:
     """Event dates that decide the sessions of `session_dates`."""
-    days: set[date] = set()
-    for day in session_dates:
-        first = day - timedelta(days=session_lookback_days(settings))
-        last = day + timedelta(days=session_lookahead_days(settings))
-        days.update(first + timedelta(days=i) for i in range((last - first).days + 1))
-    return sorted(days)
+    return sorted(
+        _around(
+            session_dates,
+            before=session_lookback_days(settings),
+            after=session_lookahead_days(settings),
+        )
+    )
 
 
 def session_dates_for(event_dates: list[date], settings: Settings) -> list[date]:
     """Session dates whose sessions can change when events on `event_dates` change."""
-    days: set[date] = set()
-    for day in event_dates:
-        first = day - timedelta(days=session_lookahead_days(settings))
-        last = day + timedelta(days=session_lookback_days(settings))
-        days.update(first + timedelta(days=i) for i in range((last - first).days + 1))
+    days = _around(
+        event_dates,
+        before=session_lookahead_days(settings),
+        after=session_lookback_days(settings),
+    )
     return sorted(d for d in days if d >= settings.start_date)
 
 
