@@ -1,0 +1,257 @@
+"""`dagster dev` in the background, driven over GraphQL: for the end-to-end test and scripts.
+
+It runs the real webserver and daemon (sensors, automation, backfills, run queue) on loopback,
+the same processes `make ui` starts, and stops them by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+LOCATION = "sessionize"
+REPOSITORY = "__repository__"
+ASSET_JOB = "__ASSET_JOB"
+T = TypeVar("T")
+
+
+class DevServerError(RuntimeError):
+    """dagster dev did not start, or a GraphQL call failed."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DagsterDev:
+    """A `dagster dev` process tree on 127.0.0.1 with its own DAGSTER_HOME.
+
+    Its output goes to `<workdir>/dagster_dev.log`, which the errors quote.
+    """
+
+    def __init__(
+        self, *, workdir: Path, dagster_home: Path, env: Mapping[str, str], port: int = 0
+    ) -> None:
+        self.workdir = workdir
+        self.dagster_home = dagster_home
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "dagster_dev.log"
+        self._env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home)}
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> DagsterDev:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, *, timeout: float = 120.0) -> None:
+        self.dagster_home.mkdir(parents=True, exist_ok=True)
+        instance_yaml = self.dagster_home / "dagster.yaml"
+        if not instance_yaml.exists():
+            instance_yaml.write_text("telemetry:\n  enabled: false\n")
+        workspace = self.workdir / "workspace.yaml"
+        workspace.write_text(
+            "load_from:\n"
+            "  - python_module:\n"
+            "      module_name: sessionize_assets.definitions\n"
+            f"      location_name: {LOCATION}\n"
+        )
+        dagster = Path(sys.executable).with_name("dagster")
+        with self.log_path.open("wb") as log:
+            # A new session, so stop() can signal the whole tree (webserver, daemon, code server).
+            self._process = subprocess.Popen(
+                [
+                    str(dagster),
+                    "dev",
+                    "-w",
+                    str(workspace),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                ],
+                cwd=self.workdir,
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wait_for(self._daemons_healthy, timeout=timeout, what="webserver and daemons")
+
+    def stop(self, *, timeout: float = 30.0) -> None:
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        self._process = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return "(no output)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def graphql(self, query: str, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": dict(variables or {})}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = json.load(response)
+        if payload.get("errors"):
+            raise DevServerError(f"GraphQL errors: {payload['errors']}")
+        return payload["data"]
+
+    def wait_for(
+        self, probe: Callable[[], T | None], *, timeout: float, what: str, every: float = 2.0
+    ) -> T:
+        """Poll `probe` until it returns something truthy; fail with the server's log tail."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._process is not None and self._process.poll() is not None:
+                raise DevServerError(
+                    f"dagster dev exited while waiting for {what}:\n{self.log_tail()}"
+                )
+            result = probe()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise DevServerError(
+                    f"timed out after {timeout:.0f}s waiting for {what}:\n{self.log_tail()}"
+                )
+            time.sleep(every)
+
+    def _daemons_healthy(self) -> bool:
+        try:
+            data = self.graphql(
+                "{ instance { daemonHealth { allDaemonStatuses { healthy required } } } }"
+            )
+        except (urllib.error.URLError, ConnectionError, TimeoutError, DevServerError):
+            return False
+        statuses = data["instance"]["daemonHealth"]["allDaemonStatuses"]
+        return bool(statuses) and all(s["healthy"] for s in statuses if s["required"])
+
+    # The calls the UI makes.
+
+    def materialize(self, *, assets: list[str], partition: str) -> str:
+        """The asset page's Materialize button for one partition; returns the run id."""
+        data = self.graphql(
+            """
+            mutation Launch($params: ExecutionParams!) {
+              launchPipelineExecution(executionParams: $params) {
+                __typename
+                ... on LaunchRunSuccess { run { runId } }
+                ... on PythonError { message }
+                ... on InvalidSubsetError { message }
+                ... on RunConfigValidationInvalid { errors { message } }
+              }
+            }
+            """,
+            {
+                "params": {
+                    "selector": {
+                        "repositoryLocationName": LOCATION,
+                        "repositoryName": REPOSITORY,
+                        "pipelineName": ASSET_JOB,
+                        "assetSelection": [{"path": [key]} for key in assets],
+                        "assetCheckSelection": [],
+                    },
+                    "executionMetadata": {
+                        "tags": [{"key": "dagster/partition", "value": partition}]
+                    },
+                }
+            },
+        )["launchPipelineExecution"]
+        if data["__typename"] != "LaunchRunSuccess":
+            raise DevServerError(f"launching {assets} for {partition} failed: {data}")
+        return data["run"]["runId"]
+
+    def launch_backfill(self, *, assets: list[str], partitions: list[str]) -> str:
+        """The Materialize button with several partitions selected; returns the backfill id."""
+        data = self.graphql(
+            """
+            mutation Backfill($params: LaunchBackfillParams!) {
+              launchPartitionBackfill(backfillParams: $params) {
+                __typename
+                ... on LaunchBackfillSuccess { backfillId }
+                ... on PythonError { message }
+                ... on PartitionSetNotFoundError { message }
+              }
+            }
+            """,
+            {
+                "params": {
+                    "assetSelection": [{"path": [key]} for key in assets],
+                    "partitionNames": partitions,
+                    "fromFailure": False,
+                }
+            },
+        )["launchPartitionBackfill"]
+        if data["__typename"] != "LaunchBackfillSuccess":
+            raise DevServerError(f"backfill of {assets} over {partitions} failed: {data}")
+        return data["backfillId"]
+
+    def backfill_status(self, backfill_id: str) -> str:
+        data = self.graphql(
+            """
+            query Status($id: String!) {
+              partitionBackfillOrError(backfillId: $id) {
+                __typename
+                ... on PartitionBackfill { status }
+                ... on PythonError { message }
+              }
+            }
+            """,
+            {"id": backfill_id},
+        )["partitionBackfillOrError"]
+        if data["__typename"] != "PartitionBackfill":
+            raise DevServerError(f"backfill {backfill_id}: {data}")
+        return data["status"]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run with its status, job, tags and the partitions it targeted."""
+        data = self.graphql(
+            """
+            {
+              runsOrError {
+                __typename
+                ... on Runs {
+                  results { runId status jobName tags { key value } assetSelection { path } }
+                }
+              }
+            }
+            """
+        )["runsOrError"]
+        return data["results"]
+
+    def backfills(self) -> list[dict[str, Any]]:
+        data = self.graphql(
+            "{ partitionBackfillsOrError { ... on PartitionBackfills { results { id status } } } }"
+        )["partitionBackfillsOrError"]
+        return data["results"]
+
+    def idle(self) -> bool:
+        """No run queued or going and no backfill requested."""
+        active = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"}
+        return not any(r["status"] in active for r in self.runs()) and not any(
+            b["status"] == "REQUESTED" for b in self.backfills()
+        )
