@@ -17,6 +17,7 @@ help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
 	@echo "make test   set up and run the test suite (ruff + pytest)"
 	@echo "make ui     open the Dagster UI (dagster dev) on the demo's history"
+	@echo "make screenshot  PNG of the asset graph from headless Chromium (after make demo)"
 
 # PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
 java:
@@ -65,6 +66,20 @@ demo: java $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 
 ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/dagster dev -h 127.0.0.1 -p 3000
+
+# Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.
+SCREENSHOT ?= /tmp/sessionize-asset-graph.png
+screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else \
+			echo "error: Chromium is required; install it (e.g. 'sudo apt-get install chromium')" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/python scripts/screenshot_ui.py \
+		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

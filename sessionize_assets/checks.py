@@ -17,9 +17,11 @@ from sessionize_assets.lake.tables import (
     REJECTED_EVENTS,
     SESSION_QUARANTINE,
     SESSIONS,
+    USER_LIFECYCLE_SNAPSHOT,
 )
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.lifecycle import STATES
 from sessionize_assets.transforms.validation import DEDUP
 
 _SAMPLE = 5
@@ -101,6 +103,28 @@ def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) ->
     return _finding(bad, lambda r: f"{r.received_date}: raw {r.raw} != {r.events} + {r.duplicates}")
 
 
+def unbalanced_snapshot(snapshot: DataFrame) -> Finding:
+    """An accumulating snapshot balances: each state's users are the day before's plus entries
+    minus exits (nobody before the first day), and every day has all five states once."""
+    by_day = Window.partitionBy("state").orderBy("snapshot_date")
+    before = F.coalesce(F.lag("users").over(by_day), F.lit(0))
+    gap = F.datediff("snapshot_date", F.lag("snapshot_date").over(by_day))
+    unbalanced = (
+        snapshot.where(F.col("state").isin(*STATES))
+        .withColumn("_bad", (F.col("users") != before + F.col("entered") - F.col("exited")))
+        .withColumn("_gap", gap)
+        .where(F.col("_bad") | (F.col("_gap") != 1))
+    )
+    incomplete = (
+        snapshot.groupBy("snapshot_date")
+        .agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("state").alias("states"))
+        .where((F.col("rows") != len(STATES)) | (F.col("states") != len(STATES)))
+        .select("snapshot_date", F.lit("incomplete day").alias("state"))
+    )
+    bad = unbalanced.select("snapshot_date", "state").unionByName(incomplete)
+    return _finding(bad, lambda r: f"{r.snapshot_date}: {r.state}")
+
+
 def _result(finding: Finding, what: str) -> AssetCheckResult:
     return AssetCheckResult(
         passed=finding.passed,
@@ -157,7 +181,16 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         )
         return _result(finding, "batches whose rows do not add up")
 
+    @asset_check(
+        asset=USER_LIFECYCLE_SNAPSHOT.name,
+        description="Each day has the five states, and users = the day before + entered - exited.",
+    )
+    def snapshot_balances(lake: LakeResource) -> AssetCheckResult:
+        finding = unbalanced_snapshot(store(lake).read(USER_LIFECYCLE_SNAPSHOT))
+        return _result(finding, "days or states that do not balance")
+
     return [
+        snapshot_balances,
         unique_event_ids,
         no_overlapping_sessions,
         sessions_well_formed,

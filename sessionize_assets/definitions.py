@@ -14,25 +14,29 @@ from dagster import (
 
 from sessionize_assets.assets.events import build_events_asset
 from sessionize_assets.assets.ingest import build_ingest_assets
+from sessionize_assets.assets.lifecycle import build_lifecycle_assets
 from sessionize_assets.assets.sessions import build_sessions_assets
 from sessionize_assets.checks import build_checks
 from sessionize_assets.partitions import (
     event_day_partitions,
     received_day_partitions,
+    same_day_mapping,
     sessions_on_events_mapping,
 )
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.resources.spark import SparkResource
-from sessionize_assets.sensors import build_late_data_sensor
+from sessionize_assets.sensors import build_late_data_sensor, build_lifecycle_sensor
 from sessionize_assets.settings import Settings
 
 INGEST_JOB = "ingest_batch_job"
 EVENTS_JOB = "events_job"
 SESSIONS_JOB = "sessions_job"
+LIFECYCLE_JOB = "lifecycle_job"
 CHECKS_JOB = "checks_job"
 AUTOMATION_SENSOR = "sessions_automation"
 SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
+LIFECYCLE_ASSETS = ("user_lifecycle_state", "user_lifecycle_snapshot")
 
 
 def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
@@ -58,16 +62,23 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 partitions_def=event_days,
                 events_mapping=sessions_on_events_mapping(settings),
             ),
+            build_lifecycle_assets(
+                settings=settings,
+                partitions_def=received_days,
+                sessions_mapping=same_day_mapping(),
+            ),
         ],
         jobs=[
             define_asset_job(INGEST_JOB, selection=["raw_events", "rejected_events"]),
             define_asset_job(EVENTS_JOB, selection=["events"]),
             define_asset_job(SESSIONS_JOB, selection=list(SESSION_ASSETS)),
+            define_asset_job(LIFECYCLE_JOB, selection=list(LIFECYCLE_ASSETS)),
             define_asset_job(CHECKS_JOB, selection=AssetSelection.all_asset_checks()),
         ],
         asset_checks=build_checks(settings=settings),
         sensors=[
             build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB),
+            build_lifecycle_sensor(settings=settings, lifecycle_job_name=LIFECYCLE_JOB),
             # Declared so automation runs on a fresh `dagster dev` (the implicit one is STOPPED).
             AutomationConditionSensorDefinition(
                 AUTOMATION_SENSOR,

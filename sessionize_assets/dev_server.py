@@ -115,8 +115,12 @@ class DagsterDev:
         request = urllib.request.Request(
             f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            payload = json.load(response)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                payload = json.load(response)
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")[:2000]
+            raise DevServerError(f"GraphQL HTTP {error.code}: {detail}") from error
         if payload.get("errors"):
             raise DevServerError(f"GraphQL errors: {payload['errors']}")
         return payload["data"]

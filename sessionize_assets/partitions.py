@@ -12,6 +12,7 @@ No other event can change it, so sessions D depends on events D-lookback .. D+lo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import date, timedelta
 
 from dagster import AutomationCondition, DailyPartitionsDefinition, TimeWindowPartitionMapping
@@ -109,3 +110,36 @@ def late_data_condition() -> AutomationCondition:
         .without(~AutomationCondition.any_deps_missing())
         .with_label("eager for late data")
     )
+
+
+def same_day_mapping() -> TimeWindowPartitionMapping:
+    """snapshot D <- sessions D (received-day and event-day partitions share their dates)."""
+    return TimeWindowPartitionMapping()
+
+
+def previous_day_mapping() -> TimeWindowPartitionMapping:
+    """snapshot D <- its own D-1: the balance the day is advanced from."""
+    return TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
+
+
+def days_between(first: date, last: date) -> list[date]:
+    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+def lifecycle_range(
+    *, changed: Iterable[date], through: date | None, latest: date | None, start: date
+) -> tuple[date, date] | None:
+    """Snapshot dates to (re)compute, or None: one range, since each day needs the day before.
+
+    It starts at the earliest session date that changed or the first date not computed yet,
+    whichever is earlier, and ends at the latest received day (the snapshot's last date).
+    """
+    if latest is None:
+        return None
+    candidates = [day for day in changed if day <= latest]
+    first_missing = start if through is None else through + ONE_DAY
+    if first_missing <= latest:
+        candidates.append(first_missing)
+    if not candidates:
+        return None
+    return max(min(candidates), start), latest

@@ -2,10 +2,11 @@
 
 For each batch: one run ingests it; the late-data sensor (evaluated as the daemon would) asks
 for range runs over the event dates the batch touched; the declarative automation conditions
-(evaluated as the daemon would) then request the sessions those dates decide, run as ranges.
-Range runs skip partitions with nothing new, so a batch costs three runs unless its late
-events span more than `max_partitions_per_run` days. Runs go into the given Dagster
-instance, so `dagster dev` on the same DAGSTER_HOME shows them.
+(evaluated as the daemon would) then request the sessions those dates decide, run as ranges;
+the lifecycle sensor finally asks for one snapshot range run from the earliest changed session
+date through the batch's day. Range runs skip partitions with nothing new, so a batch costs
+four runs unless its late events span more than `max_partitions_per_run` days. Runs go into
+the given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ from dagster import (
     evaluate_automation_conditions,
 )
 
-from sessionize_assets.definitions import EVENTS_JOB, INGEST_JOB, SESSIONS_JOB, build_definitions
+from sessionize_assets.definitions import (
+    EVENTS_JOB,
+    INGEST_JOB,
+    LIFECYCLE_JOB,
+    SESSIONS_JOB,
+    build_definitions,
+)
 from sessionize_assets.partitions import contiguous_ranges
+from sessionize_assets.sensors import RANGE_END, RANGE_START, SNAPSHOT_KEY
 from sessionize_assets.settings import Settings
 
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
@@ -50,6 +58,7 @@ class BatchOutcome:
     session_dates_updated: int = 0
     users_recomputed: int = 0
     users_in_partitions: int = 0
+    lifecycle_days: int = 0
     seconds: float = 0.0
 
 
@@ -74,6 +83,8 @@ class ReplaySummary:
             f"{total('rejected')} rejected at ingestion; late events: {total('late_events')}",
             f"users recomputed: {total('users_recomputed')} over the batches, against "
             f"{total('users_in_partitions')} users in the partitions they touched",
+            f"lifecycle snapshot: {total('lifecycle_days')} days written over the batches "
+            "(each batch extends it to its day and corrects from its earliest changed session)",
         ]
         if runs:
             out.append(f"runs per batch: max {max(runs)}, total {sum(runs)}")
@@ -85,13 +96,8 @@ def replay(
 ) -> ReplaySummary:
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
-    ingest, events, sessions = (
-        defs.resolve_job_def(name) for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB)
-    )
-    late_data = LateDataTicks(defs, instance)
-    automation = AutomationTicks(defs, instance)
-    assert ingest.partitions_def is not None
-    known = set(ingest.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
+    driver = _Driver(defs=defs, instance=instance, settings=settings)
+    known = set(driver.ingest.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
     batches = landing.batches()  # type: ignore[attr-defined]
     summary = ReplaySummary()
     echo(f"replaying {len(batches)} batches from {landing.root}")  # type: ignore[attr-defined]
@@ -102,7 +108,7 @@ def replay(
             echo(f"{prefix} outside the received-day partitions, skipped")
             summary.skipped.append(received)
             continue
-        outcome = _replay_batch(received, ingest, events, sessions, late_data, automation, settings)
+        outcome = driver.batch(received)
         summary.batches.append(outcome)
         echo(
             f"{prefix} {'ok' if outcome.succeeded else 'FAILED'} in {outcome.seconds:.1f}s, "
@@ -110,7 +116,7 @@ def replay(
             f"rejected {outcome.rejected}, late {outcome.late_events}); "
             f"event dates updated {outcome.event_dates_updated}, session dates updated "
             f"{outcome.session_dates_updated}, users recomputed {outcome.users_recomputed} "
-            f"of {outcome.users_in_partitions}"
+            f"of {outcome.users_in_partitions}; lifecycle days {outcome.lifecycle_days}"
         )
         if not outcome.succeeded:
             echo(f"stopping: batch {key} failed; see its runs in the Dagster UI")
@@ -120,13 +126,13 @@ def replay(
     return summary
 
 
-class LateDataTicks:
-    """Evaluates the project's late-data sensor as the daemon would, keeping its cursor."""
+class SensorTicks:
+    """Evaluates one of the project's sensors as the daemon would, keeping its cursor."""
 
-    def __init__(self, defs: Definitions, instance: DagsterInstance) -> None:
+    def __init__(self, defs: Definitions, instance: DagsterInstance, name: str) -> None:
         self._defs = defs
         self._instance = instance
-        self._sensor = defs.resolve_sensor_def("late_data_sensor")
+        self._sensor = defs.resolve_sensor_def(name)
         self._cursor: str | None = None
 
     @property
@@ -165,61 +171,72 @@ class AutomationTicks:
         return sorted(date.fromisoformat(key) for key in keys if key is not None)
 
 
-def _replay_batch(
-    received: date,
-    ingest: JobDefinition,
-    events: JobDefinition,
-    sessions: JobDefinition,
-    late_data: LateDataTicks,
-    automation: AutomationTicks,
-    settings: Settings,
-) -> BatchOutcome:
-    started = time.monotonic()
-    instance = late_data.instance
-    tags = {"sessionize/replay_batch": received.isoformat()}
-    result = _run(ingest, received.isoformat(), received.isoformat(), instance, tags)
-    runs = 1
-    raw = _metadata(result, "raw_events")
-    event_dates_updated = 0
-    for request in late_data.tick() if result.success else []:
-        runs += 1
-        result = _run(
-            events,
-            request.tags["dagster/asset_partition_range_start"],
-            request.tags["dagster/asset_partition_range_end"],
-            instance,
-            {**tags, **request.tags},
+class _Driver:
+    """Plays what the daemon does for one batch: run, tick the sensors and automation, repeat."""
+
+    def __init__(self, *, defs: Definitions, instance: DagsterInstance, settings: Settings) -> None:
+        self.instance = instance
+        self.settings = settings
+        self.ingest, self.events, self.sessions, self.lifecycle = (
+            defs.resolve_job_def(name)
+            for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB)
         )
-        event_dates_updated += len(_metadata(result, "events").get("dates_updated") or [])
-        if not result.success:
-            break
-    session_meta: list[dict[str, Any]] = []
-    # Tick until nothing more is requested: a tick also records that the last runs handled
-    # their requests, which a new request in the same tick would otherwise be lost to.
-    for _ in range(_MAX_AUTOMATION_ROUNDS):
-        requested = automation.tick() if result.success else []
-        if not requested:
-            break
-        for first, last in contiguous_ranges(requested, max_days=settings.max_partitions_per_run):
-            runs += 1
-            result = _run(sessions, first.isoformat(), last.isoformat(), instance, tags)
-            session_meta.append(_metadata(result, "sessions"))
-            if not result.success:
+        assert self.ingest.partitions_def is not None
+        self.late_data = SensorTicks(defs, instance, "late_data_sensor")
+        self.lifecycle_sensor = SensorTicks(defs, instance, "lifecycle_sensor")
+        self.automation = AutomationTicks(defs, instance)
+
+    def batch(self, received: date) -> BatchOutcome:
+        started = time.monotonic()
+        tags = {"sessionize/replay_batch": received.isoformat()}
+        runs: list[ExecuteInProcessResult] = []
+
+        def run(job: JobDefinition, first: str, last: str) -> bool:
+            runs.append(_run(job, first, last, self.instance, tags))
+            return runs[-1].success
+
+        ok = run(self.ingest, received.isoformat(), received.isoformat())
+        raw = _metadata(runs[-1], "raw_events")
+        for request in self.late_data.tick() if ok else []:
+            ok = run(self.events, request.tags[RANGE_START], request.tags[RANGE_END])
+            if not ok:
                 break
-    return BatchOutcome(
-        received_date=received,
-        runs=runs,
-        succeeded=result.success,
-        lines=int(raw.get("lines", 0)),
-        accepted=int(raw.get("accepted", 0)),
-        rejected=int(raw.get("rejected", 0)),
-        late_events=int(raw.get("late_events", 0)),
-        event_dates_updated=event_dates_updated,
-        session_dates_updated=sum(len(m.get("dates_updated") or []) for m in session_meta),
-        users_recomputed=sum(int(m.get("users_recomputed", 0)) for m in session_meta),
-        users_in_partitions=sum(int(m.get("users_in_partitions", 0)) for m in session_meta),
-        seconds=time.monotonic() - started,
-    )
+        # Tick until nothing more is requested: a tick also records that the last runs handled
+        # their requests, which a new request in the same tick would otherwise be lost to.
+        for _ in range(_MAX_AUTOMATION_ROUNDS):
+            requested = self.automation.tick() if ok else []
+            if not requested:
+                break
+            for first, last in contiguous_ranges(
+                requested, max_days=self.settings.max_partitions_per_run
+            ):
+                ok = run(self.sessions, first.isoformat(), last.isoformat())
+                if not ok:
+                    break
+        for request in self.lifecycle_sensor.tick() if ok else []:
+            ok = run(self.lifecycle, request.tags[RANGE_START], request.tags[RANGE_END])
+        events_meta = [_metadata(r, "events") for r in runs]
+        session_meta = [_metadata(r, "sessions") for r in runs]
+        return BatchOutcome(
+            received_date=received,
+            runs=len(runs),
+            succeeded=ok,
+            lines=int(raw.get("lines", 0)),
+            accepted=int(raw.get("accepted", 0)),
+            rejected=int(raw.get("rejected", 0)),
+            late_events=int(raw.get("late_events", 0)),
+            event_dates_updated=sum(len(m.get("dates_updated") or []) for m in events_meta),
+            session_dates_updated=sum(len(m.get("dates_updated") or []) for m in session_meta),
+            users_recomputed=sum(int(m.get("users_recomputed", 0)) for m in session_meta),
+            users_in_partitions=sum(int(m.get("users_in_partitions", 0)) for m in session_meta),
+            lifecycle_days=sum(
+                1
+                for r in runs
+                for e in r.get_asset_materialization_events()
+                if e.asset_key == SNAPSHOT_KEY
+            ),
+            seconds=time.monotonic() - started,
+        )
 
 
 def _run(

@@ -1,14 +1,22 @@
-"""The late-data sensor: new raw batches -> the event-date partitions they touched."""
+"""Sensors that follow late data through the graph with storage-id cursors.
+
+- late_data_sensor: new raw batches -> the event-date partitions they touched.
+- lifecycle_sensor: changed session dates -> one snapshot range run from the earliest of
+  them through the latest received day (automation would cascade one day per tick).
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import date
 
 from dagster import (
     AssetKey,
     AssetRecordsFilter,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
@@ -16,10 +24,21 @@ from dagster import (
     sensor,
 )
 
-from sessionize_assets.partitions import contiguous_ranges
+from sessionize_assets.partitions import contiguous_ranges, lifecycle_range
 from sessionize_assets.settings import Settings
 
 RAW_EVENTS_KEY = AssetKey("raw_events")
+SESSIONS_KEY = AssetKey("sessions")
+SNAPSHOT_KEY = AssetKey("user_lifecycle_snapshot")
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+UNFINISHED = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
 _PAGE = 500
 
 
@@ -59,8 +78,8 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
             RunRequest(
                 run_key=f"events-{first}-{end}-after-{last}",
                 tags={
-                    "dagster/asset_partition_range_start": first.isoformat(),
-                    "dagster/asset_partition_range_end": end.isoformat(),
+                    RANGE_START: first.isoformat(),
+                    RANGE_END: end.isoformat(),
                     "sessionize/batches": ",".join(sorted(b for b in batches if b)),
                 },
             )
@@ -75,3 +94,81 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
         return SensorResult(run_requests=requests, cursor=str(last))
 
     return late_data_sensor
+
+
+def _latest_day(context: SensorEvaluationContext, key: AssetKey) -> date | None:
+    keys = context.instance.get_materialized_partitions(key)
+    return max((date.fromisoformat(k) for k in keys), default=None)
+
+
+def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> SensorDefinition:
+    @sensor(
+        name="lifecycle_sensor",
+        job_name=lifecycle_job_name,
+        minimum_interval_seconds=15,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            "When sessions change on day X, corrects the user lifecycle snapshot for X through "
+            "the latest received day in one range run; also extends it to each new day."
+        ),
+    )
+    def lifecycle_sensor(context: SensorEvaluationContext):
+        # Each day is advanced from the day before: never two runs over the snapshot at once.
+        busy = context.instance.get_runs_count(
+            RunsFilter(job_name=lifecycle_job_name, statuses=UNFINISHED)
+        )
+        if busy:
+            return SkipReason("a lifecycle run is still going; waiting for it")
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        changed: set[date] = set()
+        triggered = False
+        new_cursor = dict(cursor)
+        for key, field in (
+            (SESSIONS_KEY, "dates_changed"),
+            (RAW_EVENTS_KEY, "touched_event_dates"),
+        ):
+            records = context.instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=key, after_storage_id=cursor.get(key.path[-1])),
+                limit=_PAGE,
+                ascending=True,
+            ).records
+            if not records:
+                continue
+            new_cursor[key.path[-1]] = records[-1].storage_id
+            for record in records:
+                materialization = record.asset_materialization
+                value = materialization.metadata.get(field) if materialization else None
+                dates = [date.fromisoformat(d) for d in (value.value if value else [])]
+                if key == SESSIONS_KEY:
+                    changed.update(dates)
+                    triggered = True
+                elif not dates:
+                    # A batch that touched no event date starts no sessions run: advance here.
+                    triggered = True
+        if not triggered:
+            return SensorResult(skip_reason="no new sessions", cursor=json.dumps(new_cursor))
+        span = lifecycle_range(
+            changed=changed,
+            through=_latest_day(context, SNAPSHOT_KEY),
+            latest=_latest_day(context, RAW_EVENTS_KEY),
+            start=settings.start_date,
+        )
+        if span is None:
+            return SensorResult(
+                skip_reason="the snapshot is up to date", cursor=json.dumps(new_cursor)
+            )
+        first, last = span
+        context.log.info(
+            f"sessions changed on {sorted(map(str, changed))}: snapshot {first}..{last}"
+        )
+        return SensorResult(
+            run_requests=[
+                RunRequest(
+                    run_key=f"lifecycle-{first}-{last}-{json.dumps(new_cursor, sort_keys=True)}",
+                    tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
+                )
+            ],
+            cursor=json.dumps(new_cursor),
+        )
+
+    return lifecycle_sensor

@@ -7,15 +7,18 @@ from datetime import date
 
 from pyspark.sql import SparkSession
 
-from sessionize_assets.lake.store import DeltaStore
-from sessionize_assets.partitions import session_dates_for
+from sessionize_assets.lake.store import DeltaStore, TableSpec
+from sessionize_assets.lake.tables import RAW_EVENTS, USER_LIFECYCLE_SNAPSHOT
+from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.updates import (
     EventsReport,
+    LifecycleReport,
     SessionsReport,
     ingest_batch_lines,
     update_events,
+    update_lifecycle,
     update_sessions,
 )
 
@@ -25,6 +28,7 @@ class BatchRun:
     received: date
     events: EventsReport
     sessions: SessionsReport
+    lifecycle: LifecycleReport | None
 
 
 def process_batch(
@@ -46,4 +50,20 @@ def process_batch(
         settings=settings,
         run_id=run_id,
     )
-    return BatchRun(received=received, events=events, sessions=sessions)
+    # What lifecycle_sensor asks for, with the lake's partitions standing in for Dagster's.
+    span = lifecycle_range(
+        changed=sessions.changed,
+        through=_last_date(store, USER_LIFECYCLE_SNAPSHOT),
+        latest=_last_date(store, RAW_EVENTS),
+        start=settings.start_date,
+    )
+    lifecycle = None
+    if span is not None:
+        lifecycle = update_lifecycle(
+            store, spark, first_date=span[0], last_date=span[1], settings=settings, run_id=run_id
+        )
+    return BatchRun(received=received, events=events, sessions=sessions, lifecycle=lifecycle)
+
+
+def _last_date(store: DeltaStore, spec: TableSpec) -> date | None:
+    return max((date.fromisoformat(d) for d in store.row_counts(spec)), default=None)

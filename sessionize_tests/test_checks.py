@@ -10,8 +10,10 @@ from sessionize_assets.checks import (
     overlapping_sessions,
     quarantine_mismatch,
     unaccounted_lines,
+    unbalanced_snapshot,
 )
-from sessionize_assets.lake.tables import SESSIONS
+from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT
+from sessionize_assets.transforms.lifecycle import STATES
 
 D = date(2026, 1, 5)
 
@@ -75,3 +77,21 @@ def test_unaccounted_lines(spark):
     )
     assert unaccounted_lines(raw, events, rejected).passed
     assert unaccounted_lines(raw, events.limit(1), rejected).violations == 1
+
+
+def test_unbalanced_snapshot(spark):
+    day1 = {"new": (2, 2, 0)}
+    day2 = {"new": (1, 1, 2), "active": (2, 2, 0)}
+
+    def snapshot(days):
+        rows = [
+            (D + timedelta(days=i), state, *figures.get(state, (0, 0, 0)))
+            for i, figures in enumerate(days)
+            for state in STATES
+        ]
+        return spark.createDataFrame(rows, USER_LIFECYCLE_SNAPSHOT.schema)
+
+    assert unbalanced_snapshot(snapshot([day1, day2])).passed
+    wrong = {"new": (1, 1, 2), "active": (2, 1, 0)}  # one entry missing
+    assert unbalanced_snapshot(snapshot([day1, wrong])).sample == [f"{D + timedelta(1)}: active"]
+    assert unbalanced_snapshot(snapshot([day1, day2]).where("state != 'churned'")).violations == 2

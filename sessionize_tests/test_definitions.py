@@ -17,6 +17,8 @@ def test_definitions_load_with_documented_assets(settings):
             "sessions",
             "session_quarantine",
             "session_changes",
+            "user_lifecycle_state",
+            "user_lifecycle_snapshot",
         )
     } == graph.get_all_asset_keys()
     for key in graph.get_all_asset_keys():

@@ -17,6 +17,7 @@ from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import EVENTS, REJECTED_EVENTS, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.replay import replay
 from sessionize_tests.reference import reference_sessions, reference_validate
+from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
 
 START = date(2026, 1, 1)
 
@@ -47,6 +48,9 @@ def test_replay_reports_progress_and_bounded_runs(replayed):
     _, report, summary, lines, successful_runs = replayed
     assert summary.ok and len(summary.batches) == 10
     assert max(batch.runs for batch in summary.batches) <= 5
+    # Every batch extends the snapshot to its own day, late ones correct earlier days too.
+    assert all(batch.lifecycle_days >= 1 for batch in summary.batches)
+    assert any(batch.lifecycle_days > 1 for batch in summary.batches)
     assert successful_runs == sum(batch.runs for batch in summary.batches)
     assert lines[0].startswith("replaying 10 batches")
     assert any(line.startswith("[10/10]") for line in lines)
@@ -97,6 +101,11 @@ def test_tables_equal_the_full_recompute(replayed, spark):
         for r in store.read(SESSIONS).collect()
     )
     assert got == expected
+    assert_lifecycle_equals_full_recompute(
+        store,
+        start=START,
+        session_days=[(s[0], s[1].date()) for s in expected],
+    )
     quarantined = sorted(r.session_id for r in store.read(SESSION_QUARANTINE).collect())
     flagged = sorted(r.session_id for r in store.read(SESSIONS).where("is_quarantined").collect())
     assert quarantined == flagged and len(flagged) > 0
@@ -112,7 +121,7 @@ def test_asset_checks_pass_after_replay(replayed):
     with instance_for_test() as instance:
         result = job.execute_in_process(instance=instance)
     evaluations = {e.asset_check_key: e for e in result.get_asset_check_evaluations()}
-    assert len(evaluations) == 5
+    assert len(evaluations) == 6
     failed = [str(k) for k, e in evaluations.items() if not e.passed]
     assert failed == []
     assert AssetCheckKey(AssetKey("events"), "unique_event_ids") in evaluations

@@ -1,4 +1,4 @@
-"""The late-data sensor reads every new raw_events materialization, not only the latest."""
+"""The sensors read every new materialization since their cursor, not only the latest."""
 
 from __future__ import annotations
 
@@ -6,10 +6,17 @@ import json
 from datetime import date
 
 import pytest
-from dagster import SensorResult, SkipReason, build_sensor_context, instance_for_test
+from dagster import (
+    AssetMaterialization,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+    instance_for_test,
+)
 
 from sessionize_assets.definitions import INGEST_JOB, build_definitions
-from sessionize_assets.partitions import contiguous_ranges
+from sessionize_assets.partitions import contiguous_ranges, lifecycle_range
+from sessionize_assets.sensors import RANGE_END, RANGE_START
 
 
 def _batch(settings, received: str, timestamps: list[str]) -> None:
@@ -78,3 +85,59 @@ def test_contiguous_ranges(days, max_days, expected):
     as_dates = [date(2026, 1, d) for d in days]
     got = contiguous_ranges(as_dates, max_days=max_days)
     assert [(a.day, b.day) for a, b in got] == [(a, b) for a, b in expected]
+
+
+def _report(instance, asset: str, partition: str, **metadata) -> None:
+    instance.report_runless_asset_event(
+        AssetMaterialization(asset_key=asset, partition=partition, metadata=metadata)
+    )
+
+
+def test_lifecycle_sensor_corrects_from_the_earliest_changed_day_through_the_latest_batch(
+    settings,
+):
+    defs = build_definitions(settings, spark_ui=False)
+    sensor = defs.resolve_sensor_def("lifecycle_sensor")
+    with instance_for_test() as instance:
+        assert sensor(build_sensor_context(instance=instance, definitions=defs)).skip_reason
+        for day in ("2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"):
+            _report(instance, "user_lifecycle_snapshot", day)
+        _report(instance, "raw_events", "2026-01-05", touched_event_dates=["2026-01-05"])
+        # Sessions changed on the 2nd (late) and the 6th (ahead of every batch: no snapshot yet).
+        _report(instance, "sessions", "2026-01-02", dates_changed=["2026-01-02", "2026-01-06"])
+
+        result = sensor(build_sensor_context(instance=instance, definitions=defs))
+        assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
+            ("2026-01-02", "2026-01-05")
+        ]
+        cursor = result.cursor
+        again = sensor(build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
+        assert again.run_requests == [] and again.skip_reason
+
+        # A batch that touched no event date starts no sessions run: the sensor extends itself.
+        _report(instance, "raw_events", "2026-01-06", touched_event_dates=[])
+        result = sensor(build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
+        assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
+            ("2026-01-05", "2026-01-06")
+        ]
+
+
+@pytest.mark.parametrize(
+    ("changed", "through", "latest", "expected"),
+    [
+        ([], None, None, None),  # nothing ingested yet
+        ([], None, 3, (1, 3)),  # first run: from the start date
+        ([], 3, 3, None),  # up to date
+        ([], 3, 5, (4, 5)),  # new days only
+        ([2, 9], 5, 5, (2, 5)),  # a late change, and one past the latest batch (ignored)
+        ([2], 3, 5, (2, 5)),  # the late change comes before the missing days
+    ],
+)
+def test_lifecycle_range(changed, through, latest, expected):
+    def day(n):
+        return None if n is None else date(2026, 1, n)
+
+    got = lifecycle_range(
+        changed=[day(n) for n in changed], through=day(through), latest=day(latest), start=day(1)
+    )
+    assert got == (None if expected is None else (day(expected[0]), day(expected[1])))

@@ -12,13 +12,17 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import (
     EVENTS,
+    RAW_EVENTS,
     REJECTED_EVENTS,
     SESSION_CHANGES,
     SESSION_QUARANTINE,
     SESSIONS,
+    USER_LIFECYCLE_SNAPSHOT,
+    USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.settings import Settings
 from sessionize_tests.driver import BatchRun, process_batch
+from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 
 D = date(2026, 1, 10)
@@ -26,6 +30,26 @@ D = date(2026, 1, 10)
 
 def day(offset: int) -> date:
     return D + timedelta(days=offset)
+
+
+def assert_lifecycle_equals_full_recompute(
+    store: EmbeddedDeltaStore, *, start: date, session_days: list[tuple[str, date]]
+) -> None:
+    """SPEC §4 from the start date through the latest batch, per user and in total."""
+    received = [date.fromisoformat(d) for d in store.row_counts(RAW_EVENTS)]
+    expected_states, expected_rows = lifecycle_reference(
+        session_days=session_days, start=start, end=max(received)
+    )
+    states = {
+        (r.snapshot_date, r.user_id): (r.state, r.state_since, r.days_in_state)
+        for r in store.read(USER_LIFECYCLE_STATE).collect()
+    }
+    assert states == expected_states
+    rows = sorted(
+        (r.snapshot_date, r.state, r.users, r.entered, r.exited)
+        for r in store.read(USER_LIFECYCLE_SNAPSHOT).collect()
+    )
+    assert rows == expected_rows
 
 
 class Pipeline:
@@ -96,6 +120,11 @@ class Pipeline:
             assert events[event_id].event_ts == winner.ts.replace(tzinfo=None)
         rejected = Counter(r.reason for r in self.store.read(REJECTED_EVENTS).collect())
         assert rejected == ref.rejections
+        ref_sessions = reference_sessions(
+            ref.winners,
+            gap=self.settings.session_gap,
+            max_length=self.settings.max_session_length,
+        )
         expected = sorted(
             (
                 s.user_id,
@@ -105,11 +134,7 @@ class Pipeline:
                 s.session_number,
                 s.is_quarantined,
             )
-            for s in reference_sessions(
-                ref.winners,
-                gap=self.settings.session_gap,
-                max_length=self.settings.max_session_length,
-            )
+            for s in ref_sessions
         )
         assert self.sessions() == expected
         quarantined = {r.session_id for r in self.store.read(SESSION_QUARANTINE).collect()}
@@ -117,6 +142,16 @@ class Pipeline:
             r.session_id for r in self.store.read(SESSIONS).where("is_quarantined").collect()
         }
         assert quarantined == flagged
+        assert_lifecycle_equals_full_recompute(
+            self.store,
+            start=self.settings.start_date,
+            session_days=[(s.user_id, s.session_start.date()) for s in ref_sessions],
+        )
+
+    def lifecycle(self, snapshot_date: date) -> dict[str, tuple[int, int, int]]:
+        """The snapshot of one day: (users, entered, exited) for the states not all zero."""
+        rows = self.store.read(USER_LIFECYCLE_SNAPSHOT, partitions=[snapshot_date]).collect()
+        return {r.state: (r.users, r.entered, r.exited) for r in rows if r.users or r.exited}
 
     def changes(self, run: str) -> list[tuple]:
         rows = self.store.read(SESSION_CHANGES).where(F.col("run_id") == run).collect()
@@ -275,3 +310,39 @@ def test_quarantine_follows_late_bot_events(pipeline):
     pipeline.process(day(2))
     pipeline.assert_equals_full_recompute()
     assert any(s[5] for s in pipeline.sessions())
+
+
+def test_late_session_corrects_the_lifecycle_from_its_day_on(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00")])
+    pipeline.process(day(0))
+    pipeline.land(day(3), [("b", "u", "2026-01-13 10:00"), ("c", "v", "2026-01-13 11:00")])
+    pipeline.process(day(3))
+    assert pipeline.lifecycle(day(1)) == {"inactive": (1, 1, 0), "new": (0, 0, 1)}
+    version = pipeline.store.version(USER_LIFECYCLE_SNAPSHOT)
+
+    # Received on day 4, happened on day 1: day 1 turns active, days 2..4 move with it.
+    pipeline.land(day(4), [("d", "u", "2026-01-11 12:00")])
+    run = pipeline.process(day(4))
+
+    assert run.lifecycle is not None
+    assert (run.lifecycle.first_date, run.lifecycle.last_date) == (day(1), day(4))
+    assert pipeline.lifecycle(day(1)) == {"active": (1, 1, 0), "new": (0, 0, 1)}
+    assert pipeline.lifecycle(day(2)) == {"inactive": (1, 1, 0), "active": (0, 0, 1)}
+    assert pipeline.lifecycle(day(0)) == {"new": (1, 1, 0)}  # before the late day: kept
+    assert pipeline.store.version(USER_LIFECYCLE_SNAPSHOT) == (version or 0) + 1  # one commit
+    pipeline.assert_equals_full_recompute()
+
+
+def test_lifecycle_refuses_a_range_without_the_balance_before_it(pipeline, spark, settings):
+    from sessionize_assets.lake.store import LakeError
+    from sessionize_assets.updates import update_lifecycle
+
+    with pytest.raises(LakeError, match=r"user_lifecycle_snapshot has no 2026-01-09"):
+        update_lifecycle(
+            pipeline.store,
+            spark,
+            first_date=day(0),
+            last_date=day(1),
+            settings=settings,
+            run_id="x",
+        )

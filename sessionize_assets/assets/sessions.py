@@ -71,6 +71,8 @@ def build_sessions_assets(
         )
         common = {
             "dates_updated": MetadataValue.json([d.isoformat() for d in report.updated]),
+            # Read by the lifecycle sensor: the snapshot is corrected from the earliest of these.
+            "dates_changed": MetadataValue.json([d.isoformat() for d in report.changed]),
             "users_recomputed": report.users_recomputed,
         }
         yield MaterializeResult(

@@ -16,6 +16,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.store import TableSpec
+from sessionize_assets.transforms.lifecycle import SNAPSHOT_SCHEMA, STATE_SCHEMA
 
 
 def _fields(*columns: tuple[str, DataType, bool, str]) -> StructType:
@@ -226,6 +227,22 @@ SESSION_CHANGES = TableSpec(
     ),
 )
 
+USER_LIFECYCLE_STATE = TableSpec(
+    name="user_lifecycle_state",
+    partition_by="snapshot_date",
+    sort_by=("user_id",),
+    description="Each user's lifecycle state at the end of each day: the snapshot's balance.",
+    schema=STATE_SCHEMA,
+)
+
+USER_LIFECYCLE_SNAPSHOT = TableSpec(
+    name="user_lifecycle_snapshot",
+    partition_by="snapshot_date",
+    sort_by=("state",),
+    description="Users per lifecycle state at the end of each day, with entries and exits.",
+    schema=SNAPSHOT_SCHEMA,
+)
+
 ALL_TABLES = (
     RAW_EVENTS,
     REJECTED_EVENTS,
@@ -236,4 +253,6 @@ ALL_TABLES = (
     SESSIONS,
     SESSION_QUARANTINE,
     SESSION_CHANGES,
+    USER_LIFECYCLE_STATE,
+    USER_LIFECYCLE_SNAPSHOT,
 )
