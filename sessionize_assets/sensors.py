@@ -12,9 +12,11 @@ from datetime import date
 
 from dagster import (
     AssetKey,
+    AssetMaterialization,
     AssetRecordsFilter,
     DagsterRunStatus,
     DefaultSensorStatus,
+    EventLogRecord,
     RunRequest,
     RunsFilter,
     SensorDefinition,
@@ -56,11 +58,7 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
     )
     def late_data_sensor(context: SensorEvaluationContext):
         after = int(context.cursor) if context.cursor else None
-        records = context.instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=RAW_EVENTS_KEY, after_storage_id=after),
-            limit=_PAGE,
-            ascending=True,
-        ).records
+        records = _new_materializations(context, RAW_EVENTS_KEY, after=after)
         if not records:
             return SkipReason("no new raw_events materializations")
         touched: set[date] = set()
@@ -70,8 +68,7 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
             if materialization is None:
                 continue
             batches.append(materialization.partition)
-            value = materialization.metadata.get("touched_event_dates")
-            touched.update(date.fromisoformat(d) for d in (value.value if value else []))
+            touched.update(_dates(materialization, "touched_event_dates"))
         touched = {d for d in touched if d >= settings.start_date}
         last = records[-1].storage_id
         requests = [
@@ -94,6 +91,23 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
         return SensorResult(run_requests=requests, cursor=str(last))
 
     return late_data_sensor
+
+
+def _new_materializations(
+    context: SensorEvaluationContext, key: AssetKey, *, after: int | None
+) -> list[EventLogRecord]:
+    """Every materialization of `key` after storage id `after`, oldest first."""
+    return list(
+        context.instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=key, after_storage_id=after), limit=_PAGE, ascending=True
+        ).records
+    )
+
+
+def _dates(materialization: AssetMaterialization | None, field: str) -> list[date]:
+    """A metadata entry holding a JSON list of ISO dates."""
+    value = materialization.metadata.get(field) if materialization else None
+    return [date.fromisoformat(d) for d in (value.value if value else [])]
 
 
 def _latest_day(context: SensorEvaluationContext, key: AssetKey) -> date | None:
@@ -127,18 +141,12 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
             (SESSIONS_KEY, "dates_changed"),
             (RAW_EVENTS_KEY, "touched_event_dates"),
         ):
-            records = context.instance.fetch_materializations(
-                AssetRecordsFilter(asset_key=key, after_storage_id=cursor.get(key.path[-1])),
-                limit=_PAGE,
-                ascending=True,
-            ).records
+            records = _new_materializations(context, key, after=cursor.get(key.path[-1]))
             if not records:
                 continue
             new_cursor[key.path[-1]] = records[-1].storage_id
             for record in records:
-                materialization = record.asset_materialization
-                value = materialization.metadata.get(field) if materialization else None
-                dates = [date.fromisoformat(d) for d in (value.value if value else [])]
+                dates = _dates(record.asset_materialization, field)
                 if key == SESSIONS_KEY:
                     changed.update(dates)
                     triggered = True
