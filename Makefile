@@ -49,8 +49,10 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Two workers, a test file each: the dagster dev test mostly waits on the daemon's ticks.
+PYTEST_WORKERS ?= 2
 test: java $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=8
 
 $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME_DIR)
