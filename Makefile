@@ -60,6 +60,8 @@ $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
 
 demo: java $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	rm -rf $(DEMO_DIR)/landing $(DEMO_DIR)/lake
+	@# A new lake needs a new run history: the sensors read the instance's materializations.
+	find $(DAGSTER_HOME_DIR) -mindepth 1 ! -name dagster.yaml -exec rm -rf {} +
 	$(BIN)/sessionize generate --out $(DEMO_DIR)/landing --start $(DEMO_START) \
 		--days $(DEMO_DAYS) --users $(DEMO_USERS) --seed $(DEMO_SEED)
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize replay

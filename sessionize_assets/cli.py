@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
@@ -12,6 +13,8 @@ from datetime import date
 from pathlib import Path
 
 from sessionize_assets.settings import Settings
+
+DEFINITIONS_MODULE = "sessionize_assets.definitions"
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -55,7 +58,28 @@ def _replay(args: argparse.Namespace) -> int:
     Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
     with DagsterInstance.get() as instance:
         summary = replay(settings=settings, instance=instance, echo=print)
+    _hand_over_cursors(summary.sensor_cursors)
     return 0 if summary.ok else 1
+
+
+def _hand_over_cursors(cursors: dict[str, str]) -> None:
+    """Store the sensors' cursors in the instance, so the daemon of a later `dagster dev`
+    carries on after the last replayed batch instead of re-reading the whole history.
+
+    The `dagster sensor cursor` command is the public way to set a sensor's cursor.
+    """
+    dagster = Path(sys.executable).with_name("dagster")
+    for name, cursor in sorted(cursors.items()):
+        done = subprocess.run(
+            [str(dagster), "sensor", "cursor", name, "--set", cursor, "-m", DEFINITIONS_MODULE],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            print(f"warning: could not store the cursor of {name}: {done.stderr.strip()[-500:]}")
+        else:
+            print(f"{name}: cursor stored for the daemon ({cursor})")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -66,6 +66,8 @@ class BatchOutcome:
 class ReplaySummary:
     batches: list[BatchOutcome] = field(default_factory=list)
     skipped: list[date] = field(default_factory=list)
+    # Where the plain sensors stopped, for the daemon to carry on from (sensor name -> cursor).
+    sensor_cursors: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -121,6 +123,7 @@ def replay(
         if not outcome.succeeded:
             echo(f"stopping: batch {key} failed; see its runs in the Dagster UI")
             break
+    summary.sensor_cursors = driver.sensor_cursors()
     for line in summary.lines():
         echo(line)
     return summary
@@ -136,8 +139,12 @@ class SensorTicks:
         self._cursor: str | None = None
 
     @property
-    def instance(self) -> DagsterInstance:
-        return self._instance
+    def name(self) -> str:
+        return self._sensor.name
+
+    @property
+    def cursor(self) -> str | None:
+        return self._cursor
 
     def tick(self) -> list[RunRequest]:
         context = build_sensor_context(
@@ -185,6 +192,10 @@ class _Driver:
         self.late_data = SensorTicks(defs, instance, "late_data_sensor")
         self.lifecycle_sensor = SensorTicks(defs, instance, "lifecycle_sensor")
         self.automation = AutomationTicks(defs, instance)
+
+    def sensor_cursors(self) -> dict[str, str]:
+        ticks = (self.late_data, self.lifecycle_sensor)
+        return {t.name: t.cursor for t in ticks if t.cursor is not None}
 
     def batch(self, received: date) -> BatchOutcome:
         started = time.monotonic()
