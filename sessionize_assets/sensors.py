@@ -110,6 +110,15 @@ def _dates(materialization: AssetMaterialization | None, field: str) -> list[dat
     return [date.fromisoformat(d) for d in (value.value if value else [])]
 
 
+def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | None:
+    """First day of the latest run of `job_name` if that run failed or was canceled."""
+    runs = context.instance.get_runs(RunsFilter(job_name=job_name), limit=1)
+    if not runs or runs[0].status not in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
+        return None
+    key = runs[0].tags.get(RANGE_START) or runs[0].tags.get("dagster/partition")
+    return date.fromisoformat(key) if key else None
+
+
 def _latest_day(context: SensorEvaluationContext, key: AssetKey) -> date | None:
     keys = context.instance.get_materialized_partitions(key)
     return max((date.fromisoformat(k) for k in keys), default=None)
@@ -153,6 +162,13 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
                 elif not dates:
                     # A batch that touched no event date starts no sessions run: advance here.
                     triggered = True
+        # The days of a failed or canceled run are still stale: start the next range there too.
+        # Without new sessions the request repeats the failed one's run key, so the daemon does
+        # not retry it by itself; re-executing the run from the UI clears it.
+        failed_from = _failed_start(context, lifecycle_job_name)
+        if failed_from is not None:
+            changed.add(failed_from)
+            triggered = True
         if not triggered:
             return SensorResult(skip_reason="no new sessions", cursor=json.dumps(new_cursor))
         span = lifecycle_range(

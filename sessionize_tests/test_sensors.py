@@ -14,7 +14,7 @@ from dagster import (
     instance_for_test,
 )
 
-from sessionize_assets.definitions import INGEST_JOB, build_definitions
+from sessionize_assets.definitions import INGEST_JOB, LIFECYCLE_JOB, build_definitions
 from sessionize_assets.partitions import contiguous_ranges, lifecycle_range
 from sessionize_assets.sensors import RANGE_END, RANGE_START
 
@@ -141,3 +141,29 @@ def test_lifecycle_range(changed, through, latest, expected):
         changed=[day(n) for n in changed], through=day(through), latest=day(latest), start=day(1)
     )
     assert got == (None if expected is None else (day(expected[0]), day(expected[1])))
+
+
+def test_lifecycle_sensor_starts_the_next_range_where_a_failed_run_started(settings, spark):
+    defs = build_definitions(settings, spark_ui=False)
+    sensor = defs.resolve_sensor_def("lifecycle_sensor")
+    with instance_for_test() as instance:
+        _report(instance, "raw_events", "2026-01-05", touched_event_dates=["2026-01-05"])
+        for day in ("2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"):
+            _report(instance, "user_lifecycle_snapshot", day)
+        first = sensor(build_sensor_context(instance=instance, definitions=defs))
+        assert not first.run_requests  # a batch with events waits for its sessions run
+        # A run over 3..5 fails: the lake has no balance for the 2nd (nothing was ever written).
+        failed = defs.resolve_job_def(LIFECYCLE_JOB).execute_in_process(
+            instance=instance,
+            raise_on_error=False,
+            tags={RANGE_START: "2026-01-03", RANGE_END: "2026-01-05"},
+        )
+        assert not failed.success
+
+        _report(instance, "sessions", "2026-01-05", dates_changed=["2026-01-05"])
+        result = sensor(
+            build_sensor_context(instance=instance, definitions=defs, cursor=first.cursor)
+        )
+        assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
+            ("2026-01-03", "2026-01-05")
+        ]
