@@ -20,6 +20,10 @@ from dagster import AutomationCondition, DailyPartitionsDefinition, TimeWindowPa
 from sessionize_assets.settings import Settings
 
 PARTITION_FORMAT = "%Y-%m-%d"
+# Run tags that target one partition, or a range of them in a single run (public Dagster tags).
+PARTITION_TAG = "dagster/partition"
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
 ONE_DAY = timedelta(days=1)
 
 

@@ -12,7 +12,7 @@ the given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -36,8 +36,8 @@ from sessionize_assets.definitions import (
     SESSIONS_JOB,
     build_definitions,
 )
-from sessionize_assets.partitions import contiguous_ranges
-from sessionize_assets.sensors import RANGE_END, RANGE_START, SNAPSHOT_KEY
+from sessionize_assets.partitions import RANGE_END, RANGE_START, contiguous_ranges
+from sessionize_assets.sensors import SNAPSHOT_KEY
 from sessionize_assets.settings import Settings
 
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
@@ -202,14 +202,16 @@ class _Driver:
         tags = {"sessionize/replay_batch": received.isoformat()}
         runs: list[ExecuteInProcessResult] = []
 
-        def run(job: JobDefinition, first: str, last: str) -> bool:
-            runs.append(_run(job, first, last, self.instance, tags))
+        def run(
+            job: JobDefinition, first: str, last: str, extra: Mapping[str, str] | None = None
+        ) -> bool:
+            runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
             return runs[-1].success
 
         ok = run(self.ingest, received.isoformat(), received.isoformat())
         raw = _metadata(runs[-1], "raw_events")
         for request in self.late_data.tick() if ok else []:
-            ok = run(self.events, request.tags[RANGE_START], request.tags[RANGE_END])
+            ok = run(self.events, request.tags[RANGE_START], request.tags[RANGE_END], request.tags)
             if not ok:
                 break
         # Tick until nothing more is requested: a tick also records that the last runs handled
@@ -225,7 +227,9 @@ class _Driver:
                 if not ok:
                     break
         for request in self.lifecycle_sensor.tick() if ok else []:
-            ok = run(self.lifecycle, request.tags[RANGE_START], request.tags[RANGE_END])
+            ok = run(
+                self.lifecycle, request.tags[RANGE_START], request.tags[RANGE_END], request.tags
+            )
         events_meta = [_metadata(r, "events") for r in runs]
         session_meta = [_metadata(r, "sessions") for r in runs]
         return BatchOutcome(
@@ -264,19 +268,13 @@ def _run(
             instance=instance,
             raise_on_error=False,
             run_config=QUIET,
-            tags={
-                k: v for k, v in tags.items() if not k.startswith("dagster/asset_partition_range")
-            },
+            tags={k: v for k, v in tags.items() if k not in (RANGE_START, RANGE_END)},
         )
     return job.execute_in_process(
         instance=instance,
         raise_on_error=False,
         run_config=QUIET,
-        tags={
-            **tags,
-            "dagster/asset_partition_range_start": first,
-            "dagster/asset_partition_range_end": last,
-        },
+        tags={**tags, RANGE_START: first, RANGE_END: last},
     )
 
 

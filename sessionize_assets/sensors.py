@@ -26,14 +26,18 @@ from dagster import (
     sensor,
 )
 
-from sessionize_assets.partitions import contiguous_ranges, lifecycle_range
+from sessionize_assets.partitions import (
+    PARTITION_TAG,
+    RANGE_END,
+    RANGE_START,
+    contiguous_ranges,
+    lifecycle_range,
+)
 from sessionize_assets.settings import Settings
 
 RAW_EVENTS_KEY = AssetKey("raw_events")
 SESSIONS_KEY = AssetKey("sessions")
 SNAPSHOT_KEY = AssetKey("user_lifecycle_snapshot")
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
 UNFINISHED = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -115,7 +119,7 @@ def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | Non
     runs = context.instance.get_runs(RunsFilter(job_name=job_name), limit=1)
     if not runs or runs[0].status not in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
         return None
-    key = runs[0].tags.get(RANGE_START) or runs[0].tags.get("dagster/partition")
+    key = runs[0].tags.get(RANGE_START) or runs[0].tags.get(PARTITION_TAG)
     return date.fromisoformat(key) if key else None
 
 

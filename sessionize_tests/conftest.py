@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -30,15 +31,21 @@ def spark(spark_resource: SparkResource) -> Iterator[SparkSession]:
     session.stop()
 
 
+def make_settings(root: Path, **overrides: Any) -> Settings:
+    """Settings for a landing zone and lake under `root`, on the tests' small local Spark."""
+    values: dict[str, Any] = {
+        "landing_dir": root / "landing",
+        "lake_dir": root / "lake",
+        "start_date": TEST_START,
+        "spark_master": "local[2]",
+        "spark_conf": TEST_SPARK_CONF,
+    }
+    return Settings(**(values | overrides))
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(
-        landing_dir=tmp_path / "landing",
-        lake_dir=tmp_path / "lake",
-        start_date=TEST_START,
-        spark_master="local[2]",
-        spark_conf=TEST_SPARK_CONF,
-    )
+    return make_settings(tmp_path)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from sessionize_assets.dev_server import DagsterDev
 from sessionize_assets.generate import generate_landing_zone
 from sessionize_assets.settings import Settings
+from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 
@@ -83,12 +84,8 @@ def _actual(settings: Settings) -> tuple[dict, Counter, list[tuple], list[tuple]
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory):
     root = tmp_path_factory.mktemp("dagster_dev")
-    settings = Settings(
-        landing_dir=root / "landing",
-        lake_dir=root / "lake",
-        start_date=START,
-        spark_master="local[2]",
-        spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+    settings = make_settings(
+        root, start_date=START, spark_conf={**TEST_SPARK_CONF, "spark.ui.enabled": "false"}
     )
     generate_landing_zone(
         out=root / "generated", start=START, days=DAYS, users=40, seed=5, late_share=0.3

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.settings import Settings
+from sessionize_tests.conftest import make_settings
 from sessionize_tests.driver import process_batch
 from sessionize_tests.test_updates import Pipeline
 
@@ -85,12 +85,8 @@ def test_incremental_equals_full_recompute(spark, batches, data):
     order = data.draw(st.permutations(sorted(batches)), label="arrival order")
     redeliver = data.draw(st.sampled_from([None, *order]), label="batch delivered twice")
     with tempfile.TemporaryDirectory() as tmp:
-        config = Settings(
-            landing_dir=Path(tmp) / "landing",
-            lake_dir=Path(tmp) / "lake",
-            start_date=START,
-            session_gap=GAP,
-            max_session_length=MAX_LENGTH,
+        config = make_settings(
+            Path(tmp), start_date=START, session_gap=GAP, max_session_length=MAX_LENGTH
         )
         pipeline = Pipeline(spark, config)
         store = EmbeddedDeltaStore(spark=spark, lake_dir=config.lake_dir)

@@ -16,6 +16,7 @@ from sessionize_assets.generate import generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import EVENTS, REJECTED_EVENTS, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.replay import replay
+from sessionize_tests.conftest import make_settings
 from sessionize_tests.reference import reference_sessions, reference_validate
 from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
 
@@ -24,16 +25,8 @@ START = date(2026, 1, 1)
 
 @pytest.fixture(scope="module")
 def replayed(spark, tmp_path_factory):
-    from sessionize_assets.settings import Settings
-
     root = tmp_path_factory.mktemp("replay")
-    settings = Settings(
-        landing_dir=root / "landing",
-        lake_dir=root / "lake",
-        start_date=START,
-        spark_master="local[2]",
-        spark_conf={"spark.sql.shuffle.partitions": "2"},
-    )
+    settings = make_settings(root, start_date=START)
     report = generate_landing_zone(
         out=settings.landing_dir, start=START, days=10, users=300, seed=11, late_share=0.05
     )

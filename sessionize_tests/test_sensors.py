@@ -15,8 +15,7 @@ from dagster import (
 )
 
 from sessionize_assets.definitions import INGEST_JOB, LIFECYCLE_JOB, build_definitions
-from sessionize_assets.partitions import contiguous_ranges, lifecycle_range
-from sessionize_assets.sensors import RANGE_END, RANGE_START
+from sessionize_assets.partitions import RANGE_END, RANGE_START, contiguous_ranges, lifecycle_range
 
 
 def _batch(settings, received: str, timestamps: list[str]) -> None:
@@ -54,8 +53,8 @@ def test_two_batches_between_ticks_are_both_seen(settings):
         assert isinstance(result, SensorResult)
         ranges = [
             (
-                r.tags["dagster/asset_partition_range_start"],
-                r.tags["dagster/asset_partition_range_end"],
+                r.tags[RANGE_START],
+                r.tags[RANGE_END],
             )
             for r in result.run_requests
         ]

@@ -86,15 +86,16 @@ def build_lifecycle_assets(
             USER_LIFECYCLE_SNAPSHOT,
             partitions=days_between(dates[0] - timedelta(days=TREND_DAYS), dates[-1]),
         ).to_pylist()
-        users = {(r["snapshot_date"], r["state"]): r["users"] for r in trend}
+        history = {(r["snapshot_date"], r["state"]): r["users"] for r in trend}
         for day in dates:
             figures = report.day(day)
+            on_hand = sum(users for users, _, _ in figures.values())
             yield AssetMaterialization(
                 asset_key=USER_LIFECYCLE_SNAPSHOT.name,
                 partition=day.isoformat(),
                 metadata={
                     **{f"users_{state}": figures[state][0] for state in STATES},
-                    "users_on_hand": sum(users for users, _, _ in figures.values()),
+                    "users_on_hand": on_hand,
                     "moves_in": sum(entered for _, entered, _ in figures.values()),
                     "moves_out": sum(exited for _, _, exited in figures.values()),
                     "dagster/row_count": len(STATES),
@@ -102,7 +103,7 @@ def build_lifecycle_assets(
                     "delta_version": report.snapshot_version or 0,
                     "corrected_from": dates[0].isoformat(),
                     "summary": MetadataValue.md(
-                        _day_markdown(day, figures) + "\n\n" + _trend_markdown(users, day)
+                        _day_markdown(day, figures) + "\n\n" + _trend_markdown(history, day)
                     ),
                 },
             )
@@ -110,7 +111,7 @@ def build_lifecycle_assets(
                 asset_key=USER_LIFECYCLE_STATE.name,
                 partition=day.isoformat(),
                 metadata={
-                    "dagster/row_count": sum(users for users, _, _ in figures.values()),
+                    "dagster/row_count": on_hand,  # one state row per user
                     "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
                     "delta_version": report.state_version or 0,
                 },
