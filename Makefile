@@ -11,13 +11,14 @@ DEMO_DAYS ?= 14
 DEMO_USERS ?= 300
 DEMO_SEED ?= 7
 
-.PHONY: help java demo test lint format ui screenshot clean
+.PHONY: help java demo test lint format ui screenshot bench clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
 	@echo "make test   set up and run the test suite (ruff + pytest)"
 	@echo "make ui     open the Dagster UI (dagster dev) on the demo's history"
 	@echo "make screenshot  PNG of the asset graph from headless Chromium (after make demo)"
+	@echo "make bench  the scale benchmark (BENCH_ARGS=--quick for a few minutes)"
 
 # PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
 java:
@@ -84,6 +85,11 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	fi
 	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/python scripts/screenshot_ui.py \
 		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT)
+
+# The scale benchmark: about 20 M events by default (an hour or more on 2 cores); prints tables.
+BENCH_ARGS ?=
+bench: java $(STAMP)
+	$(BIN)/python scripts/bench_scale.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

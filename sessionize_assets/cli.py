@@ -1,4 +1,4 @@
-"""`sessionize`: generate a landing zone and replay it through the Dagster definitions."""
+"""`sessionize`: generate a landing zone, replay it through the Dagster definitions, rebuild."""
 
 from __future__ import annotations
 
@@ -18,18 +18,26 @@ DEFINITIONS_MODULE = "sessionize_assets.definitions"
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from sessionize_assets.generate import generate_landing_zone
+    from sessionize_assets.generator import append_day, generate_landing_zone
 
     settings = Settings.from_env()
-    report = generate_landing_zone(
-        out=Path(args.out),
-        start=args.start,
-        days=args.days,
-        users=args.users,
-        seed=args.seed,
-        late_share=args.late_share,
-        pipeline_start=args.pipeline_start or settings.start_date,
-    )
+    zone = {
+        "out": Path(args.out),
+        "start": args.start,
+        "users": args.users,
+        "seed": args.seed,
+        "late_share": args.late_share,
+        "late_shape": args.late_shape,
+        "bot_share": args.bot_share,
+        "duplicate_share": args.duplicate_share,
+        "invalid_share": args.invalid_share,
+        "gzip_share": args.gzip_share,
+        "pipeline_start": args.pipeline_start or settings.start_date,
+    }
+    if args.append_day:
+        report = append_day(**zone)
+    else:
+        report = generate_landing_zone(days=args.days, **zone)
     print(report.summary())
     if args.start < settings.start_date:
         print(
@@ -40,26 +48,50 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from dagster import BetaWarning, DagsterInstance
-
-    # Progress lines are the output; Dagster's own notices stay in the runs' logs.
-    warnings.filterwarnings("ignore", category=BetaWarning)
-    logging.getLogger("dagster").setLevel(logging.WARNING)
+    from dagster import DagsterInstance
 
     from sessionize_assets.replay import replay
+
+    _quiet_dagster()
 
     settings = Settings.from_env()
     if args.landing:
         settings = settings.with_overrides(landing_dir=Path(args.landing))
-    if not os.environ.get("DAGSTER_HOME"):
-        os.environ["DAGSTER_HOME"] = str(Path(".dagster_home").absolute())
-        print(f"DAGSTER_HOME not set: using {os.environ['DAGSTER_HOME']}")
-    # The run history lives there, so `dagster dev` on the same folder shows what replay did.
-    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    _default_dagster_home()
     with DagsterInstance.get() as instance:
         summary = replay(settings=settings, instance=instance, echo=print)
     _hand_over_cursors(summary.sensor_cursors)
     return 0 if summary.ok else 1
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from sessionize_assets.rebuild import rebuild
+
+    _quiet_dagster()
+    _default_dagster_home()
+    with DagsterInstance.get() as instance:
+        ok = rebuild(
+            settings=Settings.from_env(), instance=instance, first=args.first, last=args.last
+        )
+    return 0 if ok else 1
+
+
+def _quiet_dagster() -> None:
+    """Progress lines are the output; Dagster's own notices stay in the runs' logs."""
+    from dagster import BetaWarning
+
+    warnings.filterwarnings("ignore", category=BetaWarning)
+    logging.getLogger("dagster").setLevel(logging.WARNING)
+
+
+def _default_dagster_home() -> None:
+    """The run history lives there, so `dagster dev` on the same folder shows the runs."""
+    if not os.environ.get("DAGSTER_HOME"):
+        os.environ["DAGSTER_HOME"] = str(Path(".dagster_home").absolute())
+        print(f"DAGSTER_HOME not set: using {os.environ['DAGSTER_HOME']}")
+    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
 
 
 def _hand_over_cursors(cursors: dict[str, str]) -> None:
@@ -86,13 +118,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionize", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    generate = commands.add_parser("generate", help="write a realistic landing zone")
+    generate = commands.add_parser(
+        "generate",
+        help="write a realistic landing zone",
+        description="Write a realistic landing zone, or add its next day (--append-day, with "
+        "the arguments it was generated with). The first N days are the same whatever --days is.",
+    )
     generate.add_argument("--out", required=True, help="landing folder to write")
     generate.add_argument("--start", required=True, type=date.fromisoformat, help="first day")
-    generate.add_argument("--days", required=True, type=int, help="received days (batches)")
+    size = generate.add_mutually_exclusive_group(required=True)
+    size.add_argument("--days", type=int, help="received days (batches)")
+    size.add_argument(
+        "--append-day",
+        action="store_true",
+        help="add the day after the zone's last batch: the batch --days N+1 would write",
+    )
     generate.add_argument("--users", required=True, type=int)
     generate.add_argument("--seed", required=True, type=int)
     generate.add_argument("--late-share", type=float, default=0.05, help="share of late events")
+    generate.add_argument(
+        "--late-shape",
+        choices=("recent", "uniform"),
+        default="recent",
+        help="recent: mostly 1-3 days late, a tail of months; uniform: spread evenly over the "
+        "whole history (the worst case for incremental processing)",
+    )
+    generate.add_argument("--bot-share", type=float, default=0.01, help="share of bot users")
+    generate.add_argument(
+        "--duplicate-share", type=float, default=0.01, help="share of messages the SDK retries"
+    )
+    generate.add_argument(
+        "--invalid-share", type=float, default=0.005, help="share of broken lines"
+    )
+    generate.add_argument("--gzip-share", type=float, default=0.3, help="share of gzip files")
     generate.add_argument(
         "--pipeline-start",
         type=date.fromisoformat,
@@ -107,6 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--landing", help="landing folder (default: SESSIONIZE_LANDING_DIR)")
     replay.set_defaults(run=_replay)
+
+    rebuild = commands.add_parser(
+        "rebuild",
+        help="recompute events and sessions of chosen days from raw (rebuild_job), then the "
+        "lifecycle snapshot from the earliest day that changed",
+    )
+    rebuild.add_argument("--from", dest="first", type=date.fromisoformat, help="first event day")
+    rebuild.add_argument("--to", dest="last", type=date.fromisoformat, help="last event day")
+    rebuild.set_defaults(run=_rebuild)
     return parser
 
 

@@ -34,6 +34,7 @@ EVENTS_JOB = "events_job"
 SESSIONS_JOB = "sessions_job"
 LIFECYCLE_JOB = "lifecycle_job"
 CHECKS_JOB = "checks_job"
+REBUILD_JOB = "rebuild_job"
 AUTOMATION_SENSOR = "sessions_automation"
 SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
 LIFECYCLE_ASSETS = ("user_lifecycle_state", "user_lifecycle_snapshot")
@@ -74,6 +75,17 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             define_asset_job(SESSIONS_JOB, selection=list(SESSION_ASSETS)),
             define_asset_job(LIFECYCLE_JOB, selection=list(LIFECYCLE_ASSETS)),
             define_asset_job(CHECKS_JOB, selection=AssetSelection.all_asset_checks()),
+            define_asset_job(
+                REBUILD_JOB,
+                selection=AssetSelection.assets("events", *SESSION_ASSETS).without_checks(),
+                description="Recompute events and sessions of the selected days from raw_events.",
+                config={
+                    "ops": {
+                        name: {"config": {"full_refresh": True}}
+                        for name in ("events", "sessionize")
+                    }
+                },
+            ),
         ],
         asset_checks=build_checks(settings=settings),
         sensors=[

@@ -57,7 +57,7 @@ class BatchOutcome:
     event_dates_updated: int = 0
     session_dates_updated: int = 0
     users_recomputed: int = 0
-    users_in_partitions: int = 0
+    pairs_recomputed: int = 0
     lifecycle_days: int = 0
     seconds: float = 0.0
 
@@ -83,8 +83,8 @@ class ReplaySummary:
             f"{sum(not b.succeeded for b in self.batches)} failed",
             f"lines: {total('lines')} = {total('accepted')} accepted + "
             f"{total('rejected')} rejected at ingestion; late events: {total('late_events')}",
-            f"users recomputed: {total('users_recomputed')} over the batches, against "
-            f"{total('users_in_partitions')} users in the partitions they touched",
+            f"sessions recomputed for {total('pairs_recomputed')} (user, day) pairs of "
+            f"{total('users_recomputed')} users over the batches",
             f"lifecycle snapshot: {total('lifecycle_days')} days written over the batches "
             "(each batch extends it to its day and corrects from its earliest changed session)",
         ]
@@ -98,7 +98,7 @@ def replay(
 ) -> ReplaySummary:
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
-    driver = _Driver(defs=defs, instance=instance, settings=settings)
+    driver = BatchDriver(defs=defs, instance=instance, settings=settings)
     known = set(driver.ingest.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
     batches = landing.batches()  # type: ignore[attr-defined]
     summary = ReplaySummary()
@@ -117,8 +117,9 @@ def replay(
             f"runs={outcome.runs}, lines={outcome.lines} (accepted {outcome.accepted}, "
             f"rejected {outcome.rejected}, late {outcome.late_events}); "
             f"event dates updated {outcome.event_dates_updated}, session dates updated "
-            f"{outcome.session_dates_updated}, users recomputed {outcome.users_recomputed} "
-            f"of {outcome.users_in_partitions}; lifecycle days {outcome.lifecycle_days}"
+            f"{outcome.session_dates_updated}, (user, day) pairs recomputed "
+            f"{outcome.pairs_recomputed} of {outcome.users_recomputed} users; "
+            f"lifecycle days {outcome.lifecycle_days}"
         )
         if not outcome.succeeded:
             echo(f"stopping: batch {key} failed; see its runs in the Dagster UI")
@@ -178,8 +179,12 @@ class AutomationTicks:
         return sorted(date.fromisoformat(key) for key in keys if key is not None)
 
 
-class _Driver:
-    """Plays what the daemon does for one batch: run, tick the sensors and automation, repeat."""
+class BatchDriver:
+    """Plays what the daemon does for one batch: run, tick the sensors and automation, repeat.
+
+    Its sensor and automation cursors start where the instance is when it is created plus one
+    tick; `replay` and the scale benchmark drive batches through it.
+    """
 
     def __init__(self, *, defs: Definitions, instance: DagsterInstance, settings: Settings) -> None:
         self.instance = instance
@@ -243,7 +248,7 @@ class _Driver:
             event_dates_updated=sum(len(m.get("dates_updated") or []) for m in events_meta),
             session_dates_updated=sum(len(m.get("dates_updated") or []) for m in session_meta),
             users_recomputed=sum(int(m.get("users_recomputed", 0)) for m in session_meta),
-            users_in_partitions=sum(int(m.get("users_in_partitions", 0)) for m in session_meta),
+            pairs_recomputed=sum(int(m.get("pairs_recomputed", 0)) for m in session_meta),
             lifecycle_days=sum(
                 1
                 for r in runs

@@ -10,17 +10,12 @@ from pyspark.sql import SparkSession
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import RAW_EVENTS, USER_LIFECYCLE_SNAPSHOT
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
+from sessionize_assets.pipeline.events import EventsReport, update_events
+from sessionize_assets.pipeline.ingest import ingest_batches
+from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
+from sessionize_assets.pipeline.sessions import SessionsReport, update_sessions
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
-from sessionize_assets.updates import (
-    EventsReport,
-    LifecycleReport,
-    SessionsReport,
-    ingest_batch_lines,
-    update_events,
-    update_lifecycle,
-    update_sessions,
-)
 
 
 @dataclass(frozen=True)
@@ -35,14 +30,15 @@ def process_batch(
     store: DeltaStore, spark: SparkSession, *, settings: Settings, received: date, run_id: str
 ) -> BatchRun:
     landing = LandingZoneResource(landing_dir=str(settings.landing_dir))
-    ingested = ingest_batch_lines(
+    ingested = ingest_batches(
         store,
-        landing.read_lines(spark, received),
-        received=received,
+        landing.read_lines(spark, [received]),
+        received_dates=[received],
         settings=settings,
         run_id=run_id,
     )
-    events = update_events(store, spark, event_dates=ingested.touched_event_dates, run_id=run_id)
+    touched = ingested.batches[received].touched_event_dates
+    events = update_events(store, spark, event_dates=touched, run_id=run_id)
     sessions = update_sessions(
         store,
         spark,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from sessionize_assets.cli import main
 
 
@@ -25,3 +27,24 @@ def test_generate_writes_a_landing_zone(tmp_path, capsys, monkeypatch):
         "received_date=2026-01-02",
     ]
     assert "lines" in capsys.readouterr().out
+
+
+def test_generate_appends_a_day(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SESSIONIZE_START_DATE", "2026-01-01")
+    zone = ["--start", "2026-01-01", "--users", "30", "--seed", "2", "--late-shape", "uniform"]
+    grown, longer = tmp_path / "grown", tmp_path / "longer"
+    assert main(["generate", *zone, "--days", "2", "--out", str(grown)]) == 0
+    assert main(["generate", *zone, "--append-day", "--out", str(grown)]) == 0
+    assert "the zone now holds 3" in capsys.readouterr().out
+    assert main(["generate", *zone, "--days", "3", "--out", str(longer)]) == 0
+    files = sorted(p.relative_to(grown) for p in grown.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(longer) for p in longer.rglob("*") if p.is_file())
+    assert all((grown / f).read_bytes() == (longer / f).read_bytes() for f in files)
+
+
+def test_generate_needs_days_or_append_day(tmp_path):
+    zone = ["generate", "--start", "2026-01-01", "--users", "3", "--seed", "1"]
+    with pytest.raises(SystemExit):
+        main([*zone, "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        main([*zone, "--days", "2", "--append-day", "--out", str(tmp_path)])

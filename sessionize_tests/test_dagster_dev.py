@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from sessionize_assets.dev_server import DagsterDev
-from sessionize_assets.generate import generate_landing_zone
+from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings
 from sessionize_tests.lifecycle_reference import lifecycle_reference

@@ -6,9 +6,12 @@ bookkeeping, so the report the pipeline tests rely on is known to be right.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
+import tracemalloc
+import uuid
 from collections import Counter, defaultdict
 from datetime import date, timedelta
 from itertools import pairwise
@@ -16,7 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from sessionize_assets.generate import REJECTION_REASONS, GenerationReport, generate_landing_zone
+from sessionize_assets.generator import (
+    LATE_SHAPES,
+    REJECTION_REASONS,
+    GenerationReport,
+    append_day,
+    generate_landing_zone,
+)
 from sessionize_tests.reference import (
     Accepted,
     Reference,
@@ -64,6 +73,15 @@ def all_files(landing: Path) -> dict[str, bytes]:
     }
 
 
+def lateness_days(ref: Reference) -> list[int]:
+    """Days between event date and received date of the late winners."""
+    return [
+        (a.received_date - a.ts.date()).days
+        for a in ref.winners.values()
+        if a.received_date > a.ts.date()
+    ]
+
+
 # ----------------------------------------------------------------------- fixtures
 
 
@@ -96,13 +114,21 @@ def test_report_matches_independent_spec_reimplementation(
         (5, 60, 2, date(2026, 1, 3)),  # events of the first two days become before_start
         (4, 40, 3, date(2025, 12, 20)),  # pipeline started before the landing zone
         (1, 5, 4, None),
+        (3, 0, 5, None),  # no users: broken lines only
     ],
 )
+@pytest.mark.parametrize("late_shape", LATE_SHAPES)
 def test_report_matches_for_other_shapes(
-    tmp_path: Path, days: int, users: int, seed: int, pipeline_start: date | None
+    tmp_path: Path, days: int, users: int, seed: int, pipeline_start: date | None, late_shape: str
 ) -> None:
     report = generate_landing_zone(
-        out=tmp_path, start=START, days=days, users=users, seed=seed, pipeline_start=pipeline_start
+        out=tmp_path,
+        start=START,
+        days=days,
+        users=users,
+        seed=seed,
+        pipeline_start=pipeline_start,
+        late_shape=late_shape,
     )
     assert_report_matches(report, tmp_path, pipeline_start or START)
 
@@ -111,8 +137,10 @@ def test_line_accounting(big: tuple[GenerationReport, Path]) -> None:
     report, _out = big
     assert report.lines == report.valid_events + sum(report.expected_rejections.values())
     assert list(report.expected_rejections) == list(REJECTION_REASONS)
-    assert report.batches == 10
+    assert report.batches == report.written_batches == 10
     assert "valid events" in report.summary()
+    assert report.events_per_user_day == report.valid_events / (300 * 10)
+    assert report.late_share == report.late_events / report.valid_events
 
 
 @pytest.mark.parametrize(("days", "users", "seed"), [(2, 20, 5), (2, 20, 6), (10, 300, 11)])
@@ -216,3 +244,178 @@ def test_rejects_bad_arguments(tmp_path: Path) -> None:
         generate_landing_zone(out=tmp_path, start=START, days=0, users=10, seed=1)
     with pytest.raises(ValueError):
         generate_landing_zone(out=tmp_path, start=START, days=2, users=10, seed=1, late_share=1.5)
+
+
+def test_zero_shares(tmp_path: Path) -> None:
+    report = generate_landing_zone(
+        out=tmp_path,
+        start=START,
+        days=4,
+        users=60,
+        seed=8,
+        late_share=0,
+        duplicate_share=0,
+        invalid_share=0,
+        gzip_share=0,
+    )
+    assert not [p for p in tmp_path.rglob("*.gz")]
+    assert sum(report.expected_rejections.values()) == 0
+    assert report.lines == report.valid_events > 0
+    assert_report_matches(report, tmp_path, START)
+
+
+# ----------------------------------------------------------------------- consistent extension
+
+
+@pytest.mark.parametrize("late_shape", LATE_SHAPES)
+def test_first_days_do_not_depend_on_days(tmp_path: Path, late_shape: str) -> None:
+    args = {"start": START, "users": 80, "seed": 7, "late_shape": late_shape}
+    generate_landing_zone(out=tmp_path / "short", days=3, **args)
+    generate_landing_zone(out=tmp_path / "long", days=7, **args)
+    first_days = {f"received_date={START + timedelta(days=d)}" for d in range(3)}
+    long = all_files(tmp_path / "long")
+    assert all_files(tmp_path / "short") == {
+        k: v for k, v in long.items() if k.split("/")[0] in first_days
+    }
+    assert len({k.split("/")[0] for k in long}) == 7
+
+
+@pytest.mark.parametrize("late_shape", LATE_SHAPES)
+def test_append_day_writes_the_batch_of_the_longer_run(tmp_path: Path, late_shape: str) -> None:
+    args = {
+        "start": START,
+        "users": 80,
+        "seed": 9,
+        "late_shape": late_shape,
+        "pipeline_start": START + timedelta(days=1),
+    }
+    longer = generate_landing_zone(out=tmp_path / "longer", days=6, **args)
+    generate_landing_zone(out=tmp_path / "grown", days=4, **args)
+    append_day(out=tmp_path / "grown", **args)
+    appended = append_day(out=tmp_path / "grown", **args)
+    assert all_files(tmp_path / "grown") == all_files(tmp_path / "longer")
+    assert appended.written_batches == 1
+    assert dataclasses.replace(appended, out=longer.out, written_batches=6) == longer
+    assert "the zone now holds 6" in appended.summary()
+    assert_report_matches(appended, tmp_path / "grown", START + timedelta(days=1))
+
+
+def test_append_day_refuses_zones_it_cannot_extend(tmp_path: Path) -> None:
+    args = {"users": 10, "seed": 1}
+    with pytest.raises(FileNotFoundError):
+        append_day(out=tmp_path, start=START, **args)
+    generate_landing_zone(out=tmp_path, start=START, days=2, **args)
+    with pytest.raises(ValueError, match="consecutive"):
+        append_day(out=tmp_path, start=START + timedelta(days=1), **args)
+    with pytest.raises(ValueError, match="generated with"):
+        append_day(out=tmp_path, start=START, users=10, seed=2)
+    (tmp_path / f"received_date={START + timedelta(days=5)}").mkdir()
+    with pytest.raises(ValueError, match="consecutive"):
+        append_day(out=tmp_path, start=START, **args)
+    assert len(list(tmp_path.iterdir())) == 3  # nothing was written
+
+
+def message_bodies(landing: Path) -> dict[str, set[str]]:
+    """Each messageId's message as sent, without the per-delivery stamps."""
+    bodies: dict[str, set[str]] = defaultdict(set)
+    for path in sorted(landing.rglob("part-*")):
+        for line in read_lines(path):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and non_empty_str(obj.get("messageId")):
+                obj.pop("sentAt", None)
+                obj.pop("receivedAt", None)
+                bodies[obj["messageId"]].add(json.dumps(obj, sort_keys=True))
+    return bodies
+
+
+def test_message_ids_never_collide(tmp_path: Path) -> None:
+    """Lines share an id only when they are deliveries of one message (retries)."""
+    args = {"start": START, "users": 150, "seed": 21}
+    generate_landing_zone(out=tmp_path / "recent", days=5, **args)
+    append_day(out=tmp_path / "recent", **args)
+    generate_landing_zone(out=tmp_path / "uniform", days=6, late_shape="uniform", **args)
+    for zone in ("recent", "uniform"):
+        bodies = message_bodies(tmp_path / zone)
+        assert len(bodies) > 3_000
+        assert [mid for mid, found in bodies.items() if len(found) > 1] == []
+        for mid in bodies:
+            parsed = uuid.UUID(mid.removeprefix("ajs-next-"))
+            assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+# ----------------------------------------------------------------------- lateness shapes
+
+
+@pytest.fixture(scope="module")
+def shapes(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[GenerationReport, Reference]]:
+    result = {}
+    for shape in LATE_SHAPES:
+        out = tmp_path_factory.mktemp(shape) / "landing"
+        report = generate_landing_zone(
+            out=out, start=START, days=20, users=300, seed=13, late_shape=shape
+        )
+        result[shape] = (report, reference_validate(out, START))
+    return result
+
+
+def test_recent_lateness_is_mostly_days_with_a_long_tail(
+    shapes: dict[str, tuple[GenerationReport, Reference]],
+) -> None:
+    report, ref = shapes["recent"]
+    late = lateness_days(ref)
+    assert sum(1 for d in late if d <= 3) > 0.75 * len(late)
+    assert max(late) >= 7
+    assert 0.02 < report.late_share < 0.05  # some late events arrive after the zone's end
+
+
+def test_uniform_lateness_spreads_over_the_whole_history(
+    shapes: dict[str, tuple[GenerationReport, Reference]],
+) -> None:
+    report, ref = shapes["uniform"]
+    late = lateness_days(ref)
+    recent_late = lateness_days(shapes["recent"][1])
+
+    def share_older(days: list[int], than: int) -> float:
+        return sum(1 for d in days if d >= than) / len(days)
+
+    # Uniform over 1..r days for batch r: about half of it at least 5 days late.
+    assert share_older(late, 5) > 0.3
+    assert share_older(late, 5) > 3 * share_older(recent_late, 5)
+    assert max(late) >= 15
+    # late_share holds per batch, not only as a probability.
+    assert 0.04 < report.late_share < 0.06
+    assert report.late_share == pytest.approx(len(late) / len(ref.winners))
+
+
+@pytest.mark.parametrize("late_shape", LATE_SHAPES)
+def test_report_matches_for_late_shapes(
+    shapes: dict[str, tuple[GenerationReport, Reference]], late_shape: str
+) -> None:
+    report, ref = shapes[late_shape]
+    assert ref.lines == report.lines
+    assert {k: v for k, v in report.expected_rejections.items() if v} == dict(ref.rejections)
+    assert len(ref.winners) == report.valid_events
+    assert len(lateness_days(ref)) == report.late_events
+
+
+# ----------------------------------------------------------------------- streaming
+
+
+def test_memory_stays_bounded_by_a_few_batches(tmp_path: Path) -> None:
+    """The zone is written a batch at a time: peak memory is a small part of what is written."""
+    tracemalloc.start()
+    try:
+        report = generate_landing_zone(
+            out=tmp_path, start=START, days=60, users=120, seed=6, gzip_share=0
+        )
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    written = sum(p.stat().st_size for p in tmp_path.rglob("*.jsonl"))
+    assert report.lines > 20_000
+    assert peak < written / 3, (peak, written)

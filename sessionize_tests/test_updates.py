@@ -17,9 +17,12 @@ from sessionize_assets.lake.tables import (
     SESSION_CHANGES,
     SESSION_QUARANTINE,
     SESSIONS,
+    SESSIONS_FILE_ROWS,
     USER_LIFECYCLE_SNAPSHOT,
     USER_LIFECYCLE_STATE,
 )
+from sessionize_assets.pipeline.events import update_events
+from sessionize_assets.pipeline.sessions import update_sessions
 from sessionize_assets.settings import Settings
 from sessionize_tests.driver import BatchRun, process_batch
 from sessionize_tests.lifecycle_reference import lifecycle_reference
@@ -234,16 +237,23 @@ def test_late_event_pulls_the_next_days_session_in(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
-def test_untouched_users_keep_their_rows(pipeline):
+def test_a_late_event_rewrites_only_its_users_file(pipeline):
+    users = 2 * SESSIONS_FILE_ROWS + 10  # three user-range files on the day
     pipeline.land(
         day(0),
-        [(f"m{i}", f"user-{i}", f"2026-01-10 {8 + i % 10:02d}:00") for i in range(24)],
+        [(f"m{i}", f"user-{i:05d}", f"2026-01-10 {8 + i % 10:02d}:00") for i in range(users)],
     )
     pipeline.process(day(0))
-    pipeline.land(day(2), [("late", "user-3", "2026-01-10 11:10")])
+    before = set(pipeline.store.live_files(SESSIONS))
+    assert len(before) == 3
+    pipeline.land(day(2), [("late", "user-00003", "2026-01-10 11:10")])
     run = pipeline.process(day(2))
-    assert run.sessions.users_recomputed == 1 and run.sessions.users_total == 24
-    assert run.sessions.files_rewritten < run.sessions.files_total
+    # One user, on the session days an event on 01-10 can decide: 01-08 .. 01-11.
+    assert run.sessions.users_recomputed == 1 and run.sessions.pairs_recomputed == 4
+    assert (run.sessions.inserted, run.sessions.replaced, run.sessions.removed) == (0, 1, 0)
+    assert run.sessions.files_rewritten == 1 and run.sessions.files_total == 3
+    assert len(before & set(pipeline.store.live_files(SESSIONS))) == 2  # the others kept
+    assert run.events.new_events == 1 and run.events.rows_written == 1  # appended, not rewritten
     pipeline.assert_equals_full_recompute()
 
 
@@ -335,7 +345,7 @@ def test_late_session_corrects_the_lifecycle_from_its_day_on(pipeline):
 
 def test_lifecycle_refuses_a_range_without_the_balance_before_it(pipeline, spark, settings):
     from sessionize_assets.lake.store import LakeError
-    from sessionize_assets.updates import update_lifecycle
+    from sessionize_assets.pipeline.lifecycle import update_lifecycle
 
     with pytest.raises(LakeError, match=r"user_lifecycle_snapshot has no 2026-01-09"):
         update_lifecycle(
@@ -346,3 +356,49 @@ def test_lifecycle_refuses_a_range_without_the_balance_before_it(pipeline, spark
             settings=settings,
             run_id="x",
         )
+
+
+def test_full_refresh_rebuilds_from_raw_and_logs_no_change(pipeline, spark, settings):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "v", "2026-01-10 23:50")])
+    pipeline.land(day(1), [("a", "u", "2026-01-10 10:00"), ("c", "v", "2026-01-11 00:10")])
+    pipeline.process(day(1))
+    pipeline.process(day(0))
+    logged = pipeline.store.read(SESSION_CHANGES).count()
+
+    dates = [day(-1), day(0), day(1), day(2)]
+    events = update_events(pipeline.store, spark, event_dates=dates, run_id="rb", full_refresh=True)
+    sessions = update_sessions(
+        pipeline.store,
+        spark,
+        session_dates=dates,
+        settings=settings,
+        run_id="rb",
+        full_refresh=True,
+    )
+
+    assert events.recomputed == dates and sessions.recomputed == dates
+    assert (sessions.inserted, sessions.replaced, sessions.removed) == (0, 0, 0)
+    assert pipeline.store.read(SESSION_CHANGES).count() == logged
+    pipeline.assert_equals_full_recompute()
+
+
+def test_a_new_gap_recomputes_the_sessions_whole(pipeline, spark, settings):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:45")])
+    pipeline.process(day(0))
+    assert len(pipeline.sessions()) == 2
+
+    pipeline.settings = settings.with_overrides(session_gap=timedelta(hours=1))
+    run = update_sessions(
+        pipeline.store,
+        spark,
+        session_dates=[day(0)],
+        settings=pipeline.settings,
+        run_id="new-gap",
+    )
+
+    assert run.recomputed == [day(0)]
+    assert [(s[1], s[3]) for s in pipeline.sessions()] == [("2026-01-10 10:00:00", 2)]
+    again = update_sessions(
+        pipeline.store, spark, session_dates=[day(0)], settings=pipeline.settings, run_id="x"
+    )
+    assert again.updated == []  # absorbed: nothing left to do

@@ -14,10 +14,11 @@ from dagster import (
     asset,
 )
 
+from sessionize_assets.assets.config import RebuildConfig
 from sessionize_assets.assets.metadata import KINDS, OWNERS, definition_metadata, markdown_table
 from sessionize_assets.lake.tables import EVENTS
+from sessionize_assets.pipeline.events import update_events
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.updates import update_events
 
 
 def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinition:
@@ -33,12 +34,18 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
         tags={"layer": "silver"},
         metadata=definition_metadata(EVENTS),
     )
-    def events(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
+    def events(
+        context: AssetExecutionContext, config: RebuildConfig, lake: LakeResource
+    ) -> MaterializeResult:
         """Accepted events, deduplicated across batches, by the UTC day they happened."""
         store = lake.store()
         dates = [date.fromisoformat(key) for key in context.partition_keys]
         report = update_events(
-            store, lake.spark.session(), event_dates=dates, run_id=context.run.run_id
+            store,
+            lake.spark.session(),
+            event_dates=dates,
+            run_id=context.run.run_id,
+            full_refresh=config.full_refresh,
         )
         context.log.info(
             f"events: {len(report.updated)} of {len(dates)} dates had new input "
@@ -53,6 +60,12 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                 "dates_recomputed": MetadataValue.json([d.isoformat() for d in report.recomputed]),
                 "batches_read": report.batches_read,
                 "raw_rows_read": report.raw_rows_read,
+                "events_rows_scanned": report.events_rows_scanned,
+                "new_events": report.new_events,
+                "displaced": report.displaced,
+                "rows_written": report.rows_written,
+                "files_added": report.files_added,
+                "files_removed": report.files_removed,
                 "duplicates_found": report.duplicates,
                 "delta_version": report.events_version if report.events_version is not None else -1,
                 "summary": MetadataValue.md(

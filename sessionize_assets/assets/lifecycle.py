@@ -19,10 +19,10 @@ from sessionize_assets.assets.metadata import lake_asset_spec
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import days_between, previous_day_mapping
+from sessionize_assets.pipeline.lifecycle import update_lifecycle
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import STATES
-from sessionize_assets.updates import update_lifecycle
 
 TREND_DAYS = 14
 

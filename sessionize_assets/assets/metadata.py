@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import AssetSpec, MetadataValue, TableColumn, TableSchema
+from dagster import AssetSpec, TableColumn, TableSchema
 
-from sessionize_assets.lake.store import CommitInfo, TableSpec
+from sessionize_assets.lake.store import TableSpec
 
 
 def column_schema(spec: TableSpec) -> TableSchema:
@@ -50,16 +50,6 @@ def lake_asset_spec(
         metadata=definition_metadata(table),
         **extra,
     )
-
-
-def commit_metadata(commit: CommitInfo, *, uri: str) -> dict[str, Any]:
-    return {
-        "dagster/uri": MetadataValue.path(uri),
-        "delta_version": commit.version if commit.version is not None else -1,
-        "files_added": commit.files_added,
-        "files_removed": commit.files_removed,
-        "rows_written": commit.rows_written,
-    }
 
 
 def markdown_table(rows: Mapping[str, Any], *, key: str, value: str) -> str:

@@ -15,13 +15,14 @@ from dagster import (
     multi_asset,
 )
 
+from sessionize_assets.assets.config import RebuildConfig
 from sessionize_assets.assets.metadata import lake_asset_spec, markdown_table
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import late_data_condition
+from sessionize_assets.pipeline.sessions import session_definition, update_sessions
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
-from sessionize_assets.updates import update_sessions
 
 
 def build_sessions_assets(
@@ -38,6 +39,8 @@ def build_sessions_assets(
             layer="gold",
             deps=[AssetDep("events", partition_mapping=events_mapping)],
             automation_condition=late_data_condition(),
+            # A new gap or cap shows every partition as stale; backfilling it recomputes it.
+            code_version=session_definition(settings),
         )
 
     @multi_asset(
@@ -53,7 +56,7 @@ def build_sessions_assets(
             spec(SESSION_CHANGES, "Corrections log: which sessions each run removed and added."),
         ],
     )
-    def sessionize(context: AssetExecutionContext, lake: LakeResource):
+    def sessionize(context: AssetExecutionContext, config: RebuildConfig, lake: LakeResource):
         """Recompute the sessions of users whose events changed, and log the corrections."""
         store = lake.store()
         dates = [date.fromisoformat(key) for key in context.partition_keys]
@@ -63,11 +66,12 @@ def build_sessions_assets(
             session_dates=dates,
             settings=settings,
             run_id=context.run.run_id,
+            full_refresh=config.full_refresh,
         )
-        share = f"{report.users_recomputed} of {report.users_total}" if report.updated else "none"
         context.log.info(
-            f"sessions: {len(report.updated)} of {len(dates)} dates had new events; "
-            f"users recomputed: {share}"
+            f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
+            f"({len(report.recomputed)} recomputed for every user); "
+            f"{report.pairs_recomputed} (user, date) pairs recomputed"
         )
         common = {
             "dates_updated": MetadataValue.json([d.isoformat() for d in report.updated]),
@@ -81,21 +85,30 @@ def build_sessions_assets(
             | {
                 "dagster/row_count": sum(report.sessions_by_date.values()),
                 "dagster/uri": MetadataValue.path(store.uri(SESSIONS)),
-                "users_in_partitions": report.users_total,
+                "pairs_recomputed": report.pairs_recomputed,
+                "events_rows_scanned": report.events_rows_scanned,
                 "events_read": report.events_read,
                 "sessions_inserted": report.inserted,
                 "sessions_replaced": report.replaced,
                 "sessions_removed": report.removed,
+                "rows_written": report.rows_written,
                 "files_rewritten": report.files_rewritten,
                 "files_before": report.files_total,
-                "full_recompute": bool(report.recomputed),
+                "dates_recomputed": MetadataValue.json([d.isoformat() for d in report.recomputed]),
                 "delta_version": report.sessions_version
                 if report.sessions_version is not None
                 else -1,
                 "summary": MetadataValue.md(
-                    f"Recomputed **{share}** users; sessions +{report.inserted} "
-                    f"~{report.replaced} -{report.removed}; read {report.events_read} events; "
-                    f"rewrote {report.files_rewritten} of {report.files_total} files.\n\n"
+                    f"Recomputed **{report.pairs_recomputed}** (user, date) pairs of "
+                    f"**{report.users_recomputed}** users"
+                    + (
+                        f" and **{len(report.recomputed)}** whole dates"
+                        if report.recomputed
+                        else ""
+                    )
+                    + f"; sessions +{report.inserted} ~{report.replaced} -{report.removed}; "
+                    f"read {report.events_read} events; rewrote {report.files_rewritten} of "
+                    f"{report.files_total} files of the changed dates.\n\n"
                     + markdown_table(report.sessions_by_date, key="session date", value="sessions")
                 ),
             },
@@ -104,7 +117,7 @@ def build_sessions_assets(
             asset_key="session_quarantine",
             metadata=common
             | {
-                "quarantined_sessions": report.quarantined,
+                "quarantined_sessions": sum(report.quarantined_by_date.values()),
                 "dagster/uri": MetadataValue.path(store.uri(SESSION_QUARANTINE)),
             },
         )

@@ -16,13 +16,12 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 from deltalake import DeltaTable, Field, Schema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import (
@@ -35,8 +34,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.parquet_files import file_stats, stage_arrow
 from sessionize_assets.lake.store import (
     CommitInfo,
+    FileChange,
     LakeError,
     PartitionValue,
     TableSpec,
@@ -46,7 +47,7 @@ from sessionize_assets.lake.store import (
 log = logging.getLogger(__name__)
 
 _STAGING = "_staging"
-_MAX_STRING_STAT = 32  # Delta's default prefix length for string statistics
+_LOG = "_delta_log"
 _COMMIT_ATTEMPTS = 5
 _MAX_ROWS_PER_FILE = 2_000_000
 
@@ -159,12 +160,48 @@ class EmbeddedDeltaStore:
         if wanted is not None and not wanted:
             return []
         root = self.path(spec)
-        files = [
-            str(root / unquote(path))
-            for path, value in _file_partitions(table, spec)
-            if wanted is None or value in wanted
-        ]
-        return sorted(files)
+        return sorted(
+            str(root / unquote(path)) for path, _ in _file_partitions(table, spec, wanted)
+        )
+
+    def read_files(self, spec: TableSpec, paths: Iterable[str]) -> DataFrame:
+        root = self.path(spec)
+        files = sorted({str(root / unquote(path)) for path in paths})
+        if not files:
+            return self._spark.createDataFrame([], spec.schema)
+        df = self._spark.read.schema(spec.schema).option("basePath", str(root)).parquet(*files)
+        return df.select(*spec.schema.fieldNames())
+
+    def changes(
+        self, spec: TableSpec, *, since_version: int, through_version: int
+    ) -> list[FileChange] | None:
+        """Read from the commit files themselves: proportional to what changed, not the table."""
+        root = self.path(spec)
+        found: list[FileChange] = []
+        for version in range(since_version + 1, through_version + 1):
+            commit = root / _LOG / f"{version:020d}.json"
+            try:
+                lines = commit.read_text().splitlines()
+            except FileNotFoundError:
+                return None
+            for line in lines:
+                action = json.loads(line)
+                for kind in ("add", "remove"):
+                    entry = action.get(kind)
+                    if entry is None or not entry.get("dataChange", True):
+                        continue
+                    values = entry.get("partitionValues") or {}
+                    found.append(
+                        FileChange(
+                            path=entry["path"],
+                            partition=str(values.get(spec.partition_by)),
+                            version=version,
+                            added=kind == "add",
+                        )
+                    )
+        if any(not (root / unquote(change.path)).exists() for change in found):
+            return None  # vacuumed: the rows those files held can no longer be read
+        return found
 
     def row_counts(
         self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
@@ -175,22 +212,25 @@ class EmbeddedDeltaStore:
             return {}
         wanted = None if partitions is None else {partition_string(p) for p in partitions}
         actions = pa.table(table.get_add_actions(flatten=True))
-        counts: dict[str, int] = {}
-        for value, rows in zip(
-            actions.column(f"partition.{spec.partition_by}").to_pylist(),
-            actions.column("num_records").to_pylist(),
-            strict=True,
-        ):
-            key = partition_string(value)
-            if wanted is None or key in wanted:
-                counts[key] = counts.get(key, 0) + int(rows or 0)
-        return dict(sorted(counts.items()))
+        values = _as_strings(actions.column(f"partition.{spec.partition_by}"))
+        rows = pa.table({"value": values, "rows": pc.fill_null(actions.column("num_records"), 0)})
+        if wanted is not None:
+            allowed = pa.array(sorted(wanted), type=pa.string())
+            rows = rows.filter(pc.is_in(rows.column("value"), value_set=allowed))
+        totals = rows.group_by("value").aggregate([("rows", "sum")]).sort_by("value")
+        return dict(
+            zip(
+                totals.column("value").to_pylist(),
+                (int(n) for n in totals.column("rows_sum").to_pylist()),
+                strict=True,
+            )
+        )
 
     def partition_values(self, spec: TableSpec) -> list[str]:
         table = self._table(spec)
         if table is None:
             return []
-        return sorted({value for _, value in _file_partitions(table, spec)})
+        return sorted({value for _, value in _file_partitions(table, spec, None)})
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -239,7 +279,7 @@ class EmbeddedDeltaStore:
         return self._replace(
             spec,
             partitions,
-            lambda staging: _stage_arrow(spec, data, staging),
+            lambda staging: stage_arrow(spec, data, staging),
             commit_metadata,
         )
 
@@ -374,8 +414,9 @@ class EmbeddedDeltaStore:
         root = self.path(spec)
         candidates = {
             str(root / unquote(path)): (path, value, size)
-            for path, value, size in _file_partitions(table, spec, sizes=True)
-            if searched is None or value in searched
+            for path, value, size in _file_partitions(
+                table, spec, None if searched is None else set(searched), sizes=True
+            )
         }
         if not candidates:
             return [], None
@@ -404,18 +445,12 @@ class EmbeddedDeltaStore:
 
     def _stage(self, spec: TableSpec, df: DataFrame, staging: Path) -> list[tuple[str, Path]]:
         try:
-            # One task per partition value: a file per partition (split past the row cap)
-            # rather than one per upstream task.
-            if spec.buckets > 1:
-                # Spread each partition over a few files by key hash, so a rewrite of some
-                # keys leaves the other files alone.
-                bucket = F.pmod(F.xxhash64(*spec.sort_by[:1]), F.lit(spec.buckets))
-                df = df.repartition(spec.buckets, spec.partition_by, bucket)
-            else:
-                df = df.repartition(spec.partition_by)
+            # One task per partition value, sorted: its files are consecutive ranges of
+            # sort_by (split every file_rows rows), not one file per upstream task.
             (
-                df.sortWithinPartitions(spec.partition_by, *spec.sort_by)
-                .write.option("maxRecordsPerFile", _MAX_ROWS_PER_FILE)
+                df.repartition(spec.partition_by)
+                .sortWithinPartitions(spec.partition_by, *spec.sort_by)
+                .write.option("maxRecordsPerFile", spec.file_rows or _MAX_ROWS_PER_FILE)
                 .partitionBy(spec.partition_by)
                 .parquet(str(staging))
             )
@@ -448,7 +483,7 @@ class EmbeddedDeltaStore:
                     {spec.partition_by: value},
                     int(stat.st_mtime * 1000),
                     True,
-                    json.dumps(_file_stats(target)),
+                    json.dumps(file_stats(target)),
                 )
             )
         return adds
@@ -506,36 +541,27 @@ def _commit_info(
     )
 
 
-def _stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[str, Path]]:
-    """Write one Parquet file per partition value, laid out as Spark would."""
-    staged = []
-    column = spec.partition_by
-    values = data.column(column).to_pylist()
-    if any(v is None for v in values):
-        raise LakeError(f"{spec.name}: rows with a null {column}")
-    order = sorted(range(len(values)), key=lambda i: partition_string(values[i]))
-    data = data.take(pa.array(order, type=pa.int64()))
-    for value in sorted({partition_string(v) for v in values}):
-        mask = pa.array([partition_string(v) == value for v in data.column(column).to_pylist()])
-        part = data.filter(mask).drop_columns([column])
-        folder = staging / f"{column}={value}"
-        folder.mkdir(parents=True, exist_ok=True)
-        file = folder / f"part-{uuid.uuid4().hex}.snappy.parquet"
-        pq.write_table(part, file, compression="snappy", coerce_timestamps="us")
-        staged.append((value, file))
-    return staged
+def _file_partitions(
+    table: DeltaTable, spec: TableSpec, wanted: set[str] | None, *, sizes: bool = False
+) -> list[tuple]:
+    """(path, partition value[, size]) of the live files in `wanted` partitions (None: all).
 
-
-def _file_partitions(table: DeltaTable, spec: TableSpec, *, sizes: bool = False) -> list[tuple]:
-    """(path, partition value[, size]) of every live file."""
+    The log's file list is filtered in Arrow: only the selected files become Python objects.
+    """
     actions = pa.table(table.get_add_actions(flatten=True))
-    paths = actions.column("path").to_pylist()
-    values = [
-        partition_string(v) for v in actions.column(f"partition.{spec.partition_by}").to_pylist()
-    ]
-    if not sizes:
-        return list(zip(paths, values, strict=True))
-    return list(zip(paths, values, actions.column("size_bytes").to_pylist(), strict=True))
+    values = _as_strings(actions.column(f"partition.{spec.partition_by}"))
+    if wanted is not None:
+        keep = pc.is_in(values, value_set=pa.array(sorted(wanted), type=pa.string()))
+        actions, values = actions.filter(keep), values.filter(keep)
+    columns = [actions.column("path").to_pylist(), values.to_pylist()]
+    if sizes:
+        columns.append(actions.column("size_bytes").to_pylist())
+    return list(zip(*columns, strict=True))
+
+
+def _as_strings(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Partition values as Delta writes them (dates as ISO strings)."""
+    return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
 
 
 def _align(spec: TableSpec, df: DataFrame) -> DataFrame:
@@ -543,64 +569,3 @@ def _align(spec: TableSpec, df: DataFrame) -> DataFrame:
     if missing:
         raise LakeError(f"{spec.name}: data is missing columns {missing}")
     return df.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in spec.schema))
-
-
-def _file_stats(path: Path) -> dict[str, Any]:
-    """numRecords, min/max and null counts from the Parquet footer (Delta's stats format)."""
-    metadata = pq.read_metadata(path)
-    schema = metadata.schema.to_arrow_schema()
-    stats: dict[str, Any] = {"numRecords": metadata.num_rows}
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for index, arrow_field in enumerate(schema):
-        if pa.types.is_nested(arrow_field.type):
-            continue
-        low = high = None
-        null_count = 0
-        complete = metadata.num_row_groups > 0
-        for group in range(metadata.num_row_groups):
-            column = metadata.row_group(group).column(index)
-            s = column.statistics
-            if s is None or not s.has_null_count:
-                complete = False
-                break
-            null_count += s.null_count
-            if s.has_min_max:
-                low = s.min if low is None else min(low, s.min)
-                high = s.max if high is None else max(high, s.max)
-        if not complete:
-            continue
-        nulls[arrow_field.name] = null_count
-        if low is None or pa.types.is_boolean(arrow_field.type):
-            continue
-        low_json, high_json = _stat_value(low, up=False), _stat_value(high, up=True)
-        if low_json is not None and high_json is not None:
-            mins[arrow_field.name] = low_json
-            maxs[arrow_field.name] = high_json
-    stats.update(minValues=mins, maxValues=maxs, nullCount=nulls)
-    return stats
-
-
-def _stat_value(value: Any, *, up: bool) -> Any:
-    """JSON form of a statistic; timestamps at millisecond precision, rounded outward."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        value = value.astimezone(UTC)
-        floor = value.replace(microsecond=value.microsecond // 1000 * 1000)
-        if up and floor != value:
-            floor += timedelta(milliseconds=1)
-        return floor.strftime("%Y-%m-%dT%H:%M:%S.") + f"{floor.microsecond // 1000:03d}Z"
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        try:
-            value = value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if isinstance(value, str):
-        return value if len(value) <= _MAX_STRING_STAT else None
-    if isinstance(value, int | float):
-        return value
-    return None

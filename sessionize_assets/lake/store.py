@@ -29,7 +29,9 @@ class TableSpec:
     schema: StructType
     partition_by: str
     sort_by: tuple[str, ...] = ()  # order within files: tighter min/max stats for skipping
-    buckets: int = 1  # files per partition, hashed on sort_by[0]: smaller copy-on-write units
+    # At most this many rows per file. Files of a partition are then contiguous ranges of
+    # `sort_by`, so a copy-on-write change rewrites only the ranges holding changed rows.
+    file_rows: int | None = None
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -38,8 +40,8 @@ class TableSpec:
             raise ValueError(f"{self.name}: partition column {self.partition_by!r} not in schema")
         if len(set(names)) != len(names):
             raise ValueError(f"{self.name}: duplicate column names")
-        if self.buckets > 1 and not self.sort_by:
-            raise ValueError(f"{self.name}: buckets need a sort_by key to hash")
+        if self.file_rows is not None and (self.file_rows < 1 or not self.sort_by):
+            raise ValueError(f"{self.name}: file_rows needs a positive count and a sort_by key")
 
     @property
     def partition_is_date(self) -> bool:
@@ -52,6 +54,16 @@ PartitionValue = date | str
 def partition_string(value: PartitionValue) -> str:
     """The form Delta stores partition values in (ISO dates)."""
     return value.isoformat() if isinstance(value, date) else str(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileChange:
+    """A data file that a commit added or removed (compaction, which changes no rows, is not)."""
+
+    path: str  # relative to the table root
+    partition: str
+    version: int  # the commit
+    added: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +170,21 @@ class DeltaStore(Protocol):
         self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
     ) -> dict[str, int]:
         """Rows per partition value, from the Delta log's statistics."""
+        ...
+
+    def changes(
+        self, spec: TableSpec, *, since_version: int, through_version: int
+    ) -> list[FileChange] | None:
+        """Files added or removed by the commits after `since_version` through
+        `through_version`, oldest first.
+
+        None when that history is no longer available (log entries or removed files cleaned
+        up): the caller must then treat everything as changed.
+        """
+        ...
+
+    def read_files(self, spec: TableSpec, paths: Iterable[str]) -> DataFrame:
+        """The rows of these data files (relative paths), live or removed but not yet vacuumed."""
         ...
 
     def version(self, spec: TableSpec) -> int | None: ...

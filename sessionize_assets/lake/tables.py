@@ -18,6 +18,9 @@ from pyspark.sql.types import (
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.transforms.lifecycle import SNAPSHOT_SCHEMA, STATE_SCHEMA
 
+# Rows per sessions file: the unit a late event's correction rewrites (see SESSIONS).
+SESSIONS_FILE_ROWS = 500
+
 
 def _fields(*columns: tuple[str, DataType, bool, str]) -> StructType:
     return StructType(
@@ -87,75 +90,31 @@ BATCH_EVENT_DATES = TableSpec(
 )
 
 
-def _manifest(asset: str) -> TableSpec:
-    return TableSpec(
-        name=f"{asset}_manifest",
-        partition_by="partition_date",
-        description=f"Per {asset} partition, the (event date, batch, version) inputs it absorbed.",
-        schema=_fields(
-            ("partition_date", DateType(), False, f"the {asset} partition"),
-            ("event_date", DateType(), False, "an input event date"),
-            ("received_date", DateType(), False, "an input batch"),
-            ("ingest_version", LongType(), False, "the batch's raw_events version"),
-            ("run_id", StringType(), True, "the Dagster run that absorbed it"),
-            ("processed_at", TimestampType(), False, "when"),
-        ),
-    )
-
-
-EVENTS_MANIFEST = _manifest("events")
-SESSIONS_MANIFEST = _manifest("sessions")
-
-EVENTS = TableSpec(
-    name="raw_events",
-    partition_by="received_date",
-    sort_by=("event_date", "user_id", "event_ts"),
-    description="Valid lines of each landing batch, parsed; one partition per received day.",
+EVENTS_MANIFEST = TableSpec(
+    name="events_manifest",
+    partition_by="partition_date",
+    description="Per events partition, the (event date, batch, version) inputs it absorbed.",
     schema=_fields(
-        ("message_id", StringType(), False, "Segment messageId: the event id"),
-        *_EVENT_FIELDS,
-        _RAW_LINE,
-    ),
-)
-
-REJECTED_EVENTS = TableSpec(
-    name="rejected_events",
-    partition_by="received_date",
-    description="Input lines that did not become events, with the first rule they broke.",
-    schema=_fields(
-        _RAW_LINE,
-        ("reason", StringType(), False, "SPEC §2 reason code"),
-        ("detail", StringType(), True, "what exactly was wrong, for a human"),
-        ("message_id", StringType(), True, "messageId when the line had a usable one"),
-        ("received_date", DateType(), False, "the landing batch (received day)"),
-        _SOURCE_FILE,
-        ("origin", StringType(), False, "ingest (validation, in-batch copies) or events (dedup)"),
-        ("event_date", DateType(), True, "for cross-batch duplicates: the copy's event date"),
-    ),
-)
-
-BATCH_EVENT_DATES = TableSpec(
-    name="batch_event_dates",
-    partition_by="received_date",
-    description="Which event dates each received batch holds: what late data touches.",
-    schema=_fields(
-        ("received_date", DateType(), False, "the landing batch"),
-        ("event_date", DateType(), False, "an event date the batch holds events for"),
-        ("events", LongType(), False, "accepted raw rows of the batch on that event date"),
-        ("ingest_version", LongType(), False, "raw_events version that wrote the batch"),
-    ),
-)
-
-INCREMENTAL_MANIFEST = TableSpec(
-    name="incremental_manifest",
-    partition_by="asset",
-    description="Per asset partition, the (event date, batch, version) inputs it has absorbed.",
-    schema=_fields(
-        ("asset", StringType(), False, "events or sessions"),
-        ("partition_date", DateType(), False, "the asset partition"),
+        ("partition_date", DateType(), False, "the events partition"),
         ("event_date", DateType(), False, "an input event date"),
         ("received_date", DateType(), False, "an input batch"),
         ("ingest_version", LongType(), False, "the batch's raw_events version"),
+        ("run_id", StringType(), True, "the Dagster run that absorbed it"),
+        ("processed_at", TimestampType(), False, "when"),
+    ),
+)
+
+SESSIONS_MANIFEST = TableSpec(
+    name="sessions_manifest",
+    partition_by="partition_date",
+    description=(
+        "Per sessions partition, the events table version it has absorbed and the session "
+        "definition it was computed with."
+    ),
+    schema=_fields(
+        ("partition_date", DateType(), False, "the sessions partition"),
+        ("events_version", LongType(), False, "events table version absorbed"),
+        ("definition", StringType(), False, "gap and cap the partition was computed with"),
         ("run_id", StringType(), True, "the Dagster run that absorbed it"),
         ("processed_at", TimestampType(), False, "when"),
     ),
@@ -176,7 +135,9 @@ SESSIONS = TableSpec(
     name="sessions",
     partition_by="session_date",
     sort_by=("user_id", "session_start"),
-    buckets=4,
+    # Late events touch a few users on many old days: small user-range files keep the
+    # copy-on-write of a correction small.
+    file_rows=SESSIONS_FILE_ROWS,
     description="User sessions by the UTC day they started (SPEC §3).",
     schema=_fields(
         ("session_id", StringType(), False, "deterministic: hash of user key and start"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import date
 from pathlib import Path
 
@@ -54,16 +55,20 @@ class LandingZoneResource(ConfigurableResource):
             if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz"))
         )
 
-    def read_lines(self, spark: SparkSession, received_date: date) -> DataFrame:
-        """Non-blank lines of a batch with their source file (relative to the landing zone)."""
-        files = self.batch_files(received_date)
+    def read_lines(self, spark: SparkSession, received_dates: Iterable[date]) -> DataFrame:
+        """Non-blank lines of these batches with their batch and source file (relative to the
+        landing zone), in one Spark read however many batches there are."""
+        files = [path for day in sorted(set(received_dates)) for path in self.batch_files(day)]
         if not files:
             return spark.createDataFrame([], LINES_SCHEMA)
-        folder = self.batch_dir(received_date).name
         text = spark.read.text([str(path) for path in files])
+        # The batch is the file's folder: .../received_date=YYYY-MM-DD/name.jsonl
+        batch = F.regexp_extract(
+            F.col("_metadata.file_path"), r"/received_date=(\d{4}-\d{2}-\d{2})/[^/]+$", 1
+        )
         file_name = F.regexp_extract(F.col("_metadata.file_name"), r"[^/]+$", 0)
         return text.where(F.trim(F.col("value")) != "").select(
             F.col("value").alias("raw_line"),
-            F.lit(received_date).cast(DateType()).alias("received_date"),
-            F.concat(F.lit(folder + "/"), file_name).alias("source_file"),
+            F.to_date(batch).alias("received_date"),
+            F.concat(F.lit("received_date="), batch, F.lit("/"), file_name).alias("source_file"),
         )

@@ -12,14 +12,6 @@ from sessionize_assets.transforms.validation import DEDUP, DUPLICATE
 WINNER_ORDER = ("received_date", "received_at", "source_file")
 
 
-def batch_event_dates(raw: DataFrame, *, ingest_version: int) -> DataFrame:
-    """The index row per (batch, event date): which event partitions a batch touches."""
-    return raw.groupBy("received_date", "event_date").agg(
-        F.count(F.lit(1)).alias("events"),
-        F.lit(ingest_version).cast("long").alias("ingest_version"),
-    )
-
-
 def raw_to_candidates(raw: DataFrame) -> DataFrame:
     """Raw rows in the shape of `events`, keeping the raw line for losing copies."""
     return raw.withColumnRenamed("message_id", "event_id")

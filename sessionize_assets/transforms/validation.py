@@ -253,14 +253,16 @@ def parse_lines(lines: DataFrame, *, start_date: date, future_tolerance: timedel
 
 
 def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Accepted events and rejections of one batch, with in-batch duplicates rejected.
+    """Accepted events and rejections of each batch, with in-batch duplicates rejected.
 
     Among valid copies of a messageId the earliest `received_at` wins; ties fall to the
     source file and then the line text, so the choice never depends on read order.
     """
     valid = parsed.where(F.col("reason").isNull())
     rank = F.row_number().over(
-        Window.partitionBy("message_id").orderBy("received_at", "source_file", "raw_line")
+        Window.partitionBy("received_date", "message_id").orderBy(
+            "received_at", "source_file", "raw_line"
+        )
     )
     ranked = valid.withColumn("_rank", rank)
     accepted = ranked.where(F.col("_rank") == 1).drop("_rank", "reason", "detail")

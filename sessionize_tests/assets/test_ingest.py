@@ -14,7 +14,8 @@ from dagster import AssetKey, DagsterInstance, instance_for_test
 from deltalake import DeltaTable
 
 from sessionize_assets.definitions import INGEST_JOB, build_definitions
-from sessionize_assets.generate import generate_landing_zone
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.validation import REASONS
 
@@ -180,3 +181,28 @@ def test_materializations_are_recorded_per_partition(settings, instance):
     for key in ("raw_events", "rejected_events"):
         record = instance.get_latest_materialization_event(AssetKey(key))
         assert record is not None and record.asset_materialization.partition == DAY.isoformat()
+
+
+def test_a_range_of_batches_is_one_run_reporting_each_partition(settings, instance):
+    second = date(2026, 1, 6)
+    write_batch(settings, DAY, [message("a"), message("b"), "not json"])
+    write_batch(settings, second, [message("c", receivedAt="2026-01-06T10:00:00Z")])
+    job = build_definitions(settings, spark_ui=False).resolve_job_def(INGEST_JOB)
+    result = job.execute_in_process(
+        instance=instance,
+        tags={RANGE_START: DAY.isoformat(), RANGE_END: second.isoformat()},
+    )
+    assert result.success
+    reported = {
+        (event.asset_key.to_user_string(), event.materialization.partition): {
+            k: v.value for k, v in event.materialization.metadata.items()
+        }
+        for event in result.get_asset_materialization_events()
+    }
+    for day in (DAY, second):
+        for table in ("raw_events", "rejected_events"):
+            rows = delta_rows(settings, table, day)
+            assert reported[(table, day.isoformat())]["dagster/row_count"] == len(rows)
+    assert reported[("raw_events", DAY.isoformat())]["touched_event_dates"] == [DAY.isoformat()]
+    assert reported[("raw_events", second.isoformat())]["lines"] == 1
+    assert reported[("rejected_events", DAY.isoformat())]["dagster/row_count"] == 1

@@ -257,26 +257,26 @@ def _types(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema]
 
 
-BUCKETED = TableSpec(name="bucketed", schema=SCHEMA, partition_by="day", sort_by=("id",), buckets=4)
+RANGED = TableSpec(name="ranged", schema=SCHEMA, partition_by="day", sort_by=("id",), file_rows=10)
 
 
 def test_rewrite_only_touches_files_holding_dropped_rows(spark, store):
     data = rows(*((f"user-{i}", D1, i % 24) for i in range(40)))
-    store.replace_partitions(BUCKETED, frame(spark, data), partitions=[D1])
-    before = set(store.live_files(BUCKETED))
+    store.replace_partitions(RANGED, frame(spark, data), partitions=[D1])
+    before = set(store.live_files(RANGED))
     assert len(before) > 1
 
     info = store.rewrite(
-        BUCKETED,
+        RANGED,
         partitions=[D1],
         drop_keys=spark.createDataFrame([("user-3",)], "id string"),
         add=lambda: frame(spark, rows(("user-3", D1, 23))),
     )
 
-    after = set(store.live_files(BUCKETED))
+    after = set(store.live_files(RANGED))
     assert info.files_removed == 1 and len(before - after) == 1
     assert len(before & after) == len(before) - 1  # the other files were not rewritten
-    got = {r.id: r.rank for r in store.read(BUCKETED).collect()}
+    got = {r.id: r.rank for r in store.read(RANGED).collect()}
     assert len(got) == 40 and got["user-3"] == 23 and got["user-4"] == 4
 
 
@@ -306,3 +306,29 @@ def test_rewrite_redoes_itself_after_a_concurrent_commit(spark, store):
     assert len(calls) == 2  # the stale attempt was thrown away, not committed
     assert [r["id"] for r in table_rows(store)] == ["b", "z"]
     assert _stray_parquet(store) == []
+
+
+def test_changes_list_the_files_each_commit_added_and_removed(spark, store):
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    first = store.version(SPEC)
+    old = set(store.live_files(SPEC))
+    store.replace_partitions(SPEC, frame(spark, rows(("b", D1, 2))), partitions=[D1])
+    store.replace_partitions(SPEC, frame(spark, rows(("c", D2, 3))), partitions=[D2])
+    last = store.version(SPEC)
+
+    changes = store.changes(SPEC, since_version=first, through_version=last)
+
+    assert changes is not None
+    removed = {str(store.path(SPEC) / c.path) for c in changes if not c.added}
+    assert removed == old
+    assert [(c.partition, c.version, c.added) for c in changes if c.added] == [
+        (D1.isoformat(), first + 1, True),
+        (D2.isoformat(), first + 2, True),
+    ]
+    # Removed files stay readable until they are vacuumed: what they held is still known.
+    assert [
+        r.id for r in store.read_files(SPEC, [c.path for c in changes if not c.added]).collect()
+    ] == ["a"]
+    for path in old:
+        Path(path).unlink()
+    assert store.changes(SPEC, since_version=first, through_version=last) is None

@@ -1,0 +1,430 @@
+"""Scale benchmark: what one daily batch costs against a full recompute, as history grows.
+
+For each lateness shape (`recent`: mostly 1-3 days late with a tail to months; `uniform`: late
+events spread evenly over the whole history) it generates a landing zone one batch at a time
+and grows a lake through the project's own Dagster jobs. At each history length it ingests the
+stretch of history as one range run, brings events, sessions and the snapshot up to date, and
+then processes the next daily batch end to end exactly as `sessionize replay` does (ingest ->
+late-data sensor -> events -> automation -> sessions -> lifecycle sensor -> snapshot), timing
+every step and reading what each step read and wrote from its materialization metadata. At the
+longest history it times a full recompute through `rebuild_job` and a bare PySpark
+window-function sessionization of the same accepted events (the floor).
+
+Everything is measured side by side in one process on the same data. It prints tables and
+asserts nothing.
+
+    make bench                          # 25,000 users, 180 days, 5% late (about 20 M events)
+    make bench BENCH_ARGS="--quick"     # 1,200 users, 40 days: a few minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import resource
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from dagster import DagsterInstance, RunsFilter
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from sessionize_assets.definitions import (
+    EVENTS_JOB,
+    INGEST_JOB,
+    LIFECYCLE_JOB,
+    REBUILD_JOB,
+    SESSIONS_JOB,
+    build_definitions,
+)
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.tables import EVENTS, SESSIONS, USER_LIFECYCLE_STATE
+from sessionize_assets.partitions import RANGE_END, RANGE_START
+from sessionize_assets.replay import QUIET, BatchDriver
+from sessionize_assets.settings import Settings
+
+START = date(2026, 1, 1)
+STEPS = (("ingest", INGEST_JOB), ("events", EVENTS_JOB), ("sessions", SESSIONS_JOB))
+SNAPSHOT = ("snapshot", LIFECYCLE_JOB)
+
+
+@dataclass(kw_only=True)
+class BatchFigures:
+    shape: str
+    history: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def step(self, name: str) -> float:
+        return self.seconds.get(name, 0.0)
+
+    @property
+    def pipeline(self) -> float:
+        """ingest + events + sessions: what the per-batch targets are about."""
+        return sum(self.step(name) for name, _ in STEPS)
+
+    def value(self, asset: str, key: str) -> int:
+        return int(self.metadata.get(asset, {}).get(key, 0) or 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=25_000)
+    parser.add_argument("--histories", default="30,90,180", help="history lengths in days")
+    parser.add_argument("--shapes", default="recent,uniform")
+    parser.add_argument("--late-share", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="1,200 users, 10/20/40 days")
+    parser.add_argument("--workdir", type=Path, help="keep the zones and lakes here")
+    args = parser.parse_args()
+    if args.quick:
+        args.users, args.histories = 1_200, "10,20,40"
+    histories = sorted(int(h) for h in args.histories.split(","))
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    _quiet()
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        figures, recompute = [], {}
+        for shape in shapes:
+            batches, full = run_shape(root / shape, shape=shape, histories=histories, args=args)
+            figures += batches
+            recompute[shape] = full
+        report(figures, recompute, histories=histories, users=args.users)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def run_shape(
+    root: Path, *, shape: str, histories: list[int], args: argparse.Namespace
+) -> tuple[list[BatchFigures], dict[str, float]]:
+    settings = Settings(landing_dir=root / "landing", lake_dir=root / "lake", start_date=START)
+    days = histories[-1] + 1
+    with _timed(f"[{shape}] generating {days} days x {args.users} users"):
+        zone = generate_landing_zone(
+            out=settings.landing_dir,
+            start=START,
+            days=days,
+            users=args.users,
+            seed=args.seed,
+            late_share=args.late_share,
+            late_shape=shape,
+            gzip_share=0.0,
+        )
+    print(f"  {zone.lines:,} lines, {zone.valid_events:,} valid events, {zone.late_events:,} late")
+    defs = build_definitions(settings, spark_ui=False)
+    (root / "dagster_home").mkdir(parents=True, exist_ok=True)
+    instance = DagsterInstance.local_temp(
+        tempdir=str(root / "dagster_home"), overrides={"telemetry": {"enabled": False}}
+    )
+    spark = defs.resources["spark"].session()  # type: ignore[attr-defined]
+    store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+    figures = []
+    done = 0
+    for history in histories:
+        with _timed(f"[{shape}] history: days {done + 1}..{history} as range runs"):
+            _range(defs, instance, INGEST_JOB, START + timedelta(days=done), _day(history))
+            last_event = _last_event_date(store)
+            _range(defs, instance, EVENTS_JOB, START, last_event)
+            _range(defs, instance, SESSIONS_JOB, START, last_event)
+            _range(defs, instance, LIFECYCLE_JOB, START, _day(history))
+        driver = BatchDriver(defs=defs, instance=instance, settings=settings)
+        driver.late_data.tick()  # the cursors start after the history
+        driver.lifecycle_sensor.tick()
+        received = _day(history + 1)
+        with _timed(f"[{shape}] one daily batch ({received}) end to end"):
+            outcome = driver.batch(received)
+        if not outcome.succeeded:
+            raise SystemExit(f"batch {received} failed: see {root / 'dagster_home'}")
+        figures.append(_batch_figures(instance, received, shape=shape, history=history))
+        done = history + 1
+    full: dict[str, float] = {}
+    with _timed(f"[{shape}] full recompute through {REBUILD_JOB}"):
+        run = _range(defs, instance, REBUILD_JOB, START, _last_event_date(store))
+        full.update(_step_seconds(instance, run))
+    with _timed(f"[{shape}] bare PySpark floor"):
+        full["floor"] = bare_sessionization(spark, store, settings, root / "floor")
+    full["events"] = float(sum(store.row_counts(EVENTS).values()))
+    full["sessions"] = float(sum(store.row_counts(SESSIONS).values()))
+    full["state_rows"] = float(sum(store.row_counts(USER_LIFECYCLE_STATE).values()))
+    full["peak_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    full["peak_jvm_mb"] = _jvm_peak_mb(spark)
+    return figures, full
+
+
+def bare_sessionization(
+    spark: SparkSession, store: EmbeddedDeltaStore, settings: Settings, out: Path
+) -> float:
+    """The floor: sessions from the accepted events with plain window functions, no increments."""
+    started = time.perf_counter()
+    gap_us = int(settings.session_gap.total_seconds() * 1_000_000)
+    cap_us = int(settings.max_session_length.total_seconds() * 1_000_000)
+    events = store.read(EVENTS).select("user_id", "event_id", F.unix_micros("event_ts").alias("t"))
+    order = Window.partitionBy("user_id").orderBy("t", "event_id")
+    chains = events.withColumn(
+        "chain",
+        F.sum(((F.col("t") - F.lag("t").over(order)) > gap_us).cast("int"))
+        .over(order)
+        .cast("long"),
+    )
+    per_chain = Window.partitionBy("user_id", "chain")
+    sessions = (
+        chains.withColumn("start", F.min("t").over(per_chain))
+        .where(F.col("t") <= F.col("start") + cap_us)
+        .groupBy("user_id", "chain")
+        .agg(F.min("t").alias("start"), F.max("t").alias("end"), F.count("*").alias("events"))
+        .withColumn("session_date", F.to_date(F.timestamp_micros("start")))
+    )
+    sessions.write.mode("overwrite").partitionBy("session_date").parquet(str(out))
+    return time.perf_counter() - started
+
+
+def report(
+    figures: list[BatchFigures],
+    recompute: dict[str, dict[str, float]],
+    *,
+    histories: list[int],
+    users: int,
+) -> None:
+    print()
+    print(f"machine: {os.cpu_count()} cores; {users:,} users; histories {histories} days")
+    for shape, full in recompute.items():
+        print(
+            f"[{shape}] lake after {histories[-1] + 1} days: {full['events']:,.0f} events, "
+            f"{full['sessions']:,.0f} sessions, {full['state_rows']:,.0f} lifecycle state rows"
+        )
+    print()
+    print("(a) full recompute and (b) floor, seconds")
+    print(
+        _table(
+            ["shape", "rebuild events", "rebuild sessions", "(a) rebuild", "(b) floor", "(a)/(b)"],
+            [
+                [
+                    shape,
+                    f"{full.get('events_step', 0):.1f}",
+                    f"{full.get('sessionize_step', 0):.1f}",
+                    f"{full['rebuild']:.1f}",
+                    f"{full['floor']:.1f}",
+                    f"{full['rebuild'] / full['floor']:.2f}",
+                ]
+                for shape, full in recompute.items()
+            ],
+        )
+    )
+    print()
+    print("(c) one daily batch end to end through the Dagster definitions, seconds")
+    rows = []
+    for f in figures:
+        full = recompute[f.shape]["rebuild"]
+        base = next(g for g in figures if g.shape == f.shape and g.history == histories[0])
+        rows.append(
+            [
+                f.shape,
+                str(f.history),
+                *(f"{f.step(name):.1f}" for name, _ in (*STEPS, SNAPSHOT)),
+                f"{f.pipeline:.1f}",
+                f"{100 * f.pipeline / full:.1f}%",
+                f"{f.pipeline / base.pipeline:.2f}",
+                f"{f.step('snapshot') / max(f.step('events') + f.step('sessions'), 1e-9):.2f}",
+            ]
+        )
+    print(
+        _table(
+            [
+                "shape",
+                "history",
+                "ingest",
+                "events",
+                "sessions",
+                "snapshot",
+                "i+e+s",
+                "of (a)",
+                f"vs {histories[0]}d",
+                "snap/(e+s)",
+            ],
+            rows,
+        )
+    )
+    print()
+    print("(d) rows read and written by the batch, per table")
+    rows = []
+    for f in figures:
+        new_events = f.value("events", "new_events")
+        changed = sum(
+            f.value("sessions", k)
+            for k in ("sessions_inserted", "sessions_removed", "sessions_replaced")
+        )
+        written = f.value("events", "rows_written") + f.value("sessions", "rows_written")
+        rows.append(
+            [
+                f.shape,
+                str(f.history),
+                f"{f.value('raw_events', 'accepted'):,}",
+                f"{f.value('events', 'raw_rows_read'):,}",
+                f"{f.value('events', 'events_rows_scanned'):,}",
+                f"{new_events:,}",
+                f"{f.value('events', 'rows_written'):,}",
+                f"{f.value('events', 'files_removed')}",
+                f"{f.value('sessions', 'events_rows_scanned'):,}",
+                f"{f.value('sessions', 'pairs_recomputed'):,}",
+                f"{changed:,}",
+                f"{f.value('sessions', 'rows_written'):,}",
+                f"{f.value('sessions', 'files_rewritten')}/{f.value('sessions', 'files_before')}",
+                f"{written / max(new_events + changed, 1):.2f}",
+                f"{f.value('user_lifecycle_state', 'dagster/row_count'):,}",
+            ]
+        )
+    print(
+        _table(
+            [
+                "shape",
+                "history",
+                "batch events",
+                "raw read",
+                "events ids read",
+                "new events",
+                "events written",
+                "events files rewr.",
+                "sessions: events read",
+                "pairs",
+                "sessions changed",
+                "sessions written",
+                "sessions files rewr.",
+                "written/(new+changed)",
+                "lifecycle rows",
+            ],
+            rows,
+        )
+    )
+    print()
+    print("(e) peak driver memory, MB")
+    print(
+        _table(
+            ["shape", "python driver", "JVM (driver + local executors)"],
+            [
+                [shape, f"{full['peak_python_mb']:.0f}", f"{full['peak_jvm_mb']:.0f}"]
+                for shape, full in recompute.items()
+            ],
+        )
+    )
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _day(n: int) -> date:
+    """The n-th received day, 1-based."""
+    return START + timedelta(days=n - 1)
+
+
+def _range(defs: Any, instance: DagsterInstance, job_name: str, first: date, last: date) -> str:
+    job = defs.resolve_job_def(job_name)
+    result = job.execute_in_process(
+        instance=instance,
+        run_config=QUIET,
+        tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
+        raise_on_error=True,
+    )
+    return result.run_id
+
+
+def _last_event_date(store: EmbeddedDeltaStore) -> date:
+    from sessionize_assets.lake.tables import BATCH_EVENT_DATES
+
+    index = store.read_arrow(BATCH_EVENT_DATES)
+    return max(index.column("event_date").to_pylist())
+
+
+def _batch_figures(
+    instance: DagsterInstance, received: date, *, shape: str, history: int
+) -> BatchFigures:
+    figures = BatchFigures(shape=shape, history=history)
+    runs = instance.get_runs(RunsFilter(tags={"sessionize/replay_batch": received.isoformat()}))
+    names = {job: name for name, job in (*STEPS, SNAPSHOT)}
+    for run in runs:
+        stats = instance.get_run_stats(run.run_id)
+        name = names[run.job_name]
+        figures.seconds[name] = figures.seconds.get(name, 0.0) + (
+            (stats.end_time or 0) - (stats.start_time or 0)
+        )
+        seen: set[str] = set()
+        for record in instance.get_records_for_run(run.run_id).records:
+            event = record.event_log_entry.dagster_event
+            if event is None or not event.is_step_materialization:
+                continue
+            key = event.asset_key.to_user_string()
+            # A range run repeats its run-wide figures on every partition: count them once.
+            # The lifecycle and ingest assets report each partition's own figures.
+            if key in seen and key not in ("user_lifecycle_state", "raw_events"):
+                continue
+            seen.add(key)
+            materialization = event.step_materialization_data.materialization
+            values = {k: v.value for k, v in materialization.metadata.items()}
+            merged = figures.metadata.setdefault(key, {})
+            for k, v in values.items():
+                if isinstance(v, int | float) and isinstance(merged.get(k), int | float):
+                    merged[k] += v
+                else:
+                    merged.setdefault(k, v)
+    return figures
+
+
+def _step_seconds(instance: DagsterInstance, run_id: str) -> dict[str, float]:
+    seconds = {
+        f"{step.step_key}_step": (step.end_time or 0) - (step.start_time or 0)
+        for step in instance.get_run_step_stats(run_id)
+    }
+    stats = instance.get_run_stats(run_id)
+    seconds["rebuild"] = (stats.end_time or 0) - (stats.start_time or 0)
+    return seconds
+
+
+def _jvm_peak_mb(spark: SparkSession) -> float:
+    """VmHWM of the Spark driver JVM (in local mode it also runs the executors)."""
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    if proc is None:
+        return 0.0
+    for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def _timed(label: str) -> Iterator[None]:
+    print(f"{label} ...", flush=True)
+    started = time.perf_counter()
+    yield
+    print(f"  done in {time.perf_counter() - started:.1f}s", flush=True)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), rule, *map(line, rows)])
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+    for name in ("dagster", "sessionize_assets"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Parquet files as Delta expects them: statistics for the log, small files from Arrow.
+
+Delta readers skip files by the min/max/null statistics in each `add` action; they are read
+here from the Parquet footer, so no data passes through the driver.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sessionize_assets.lake.store import LakeError, TableSpec, partition_string
+
+_MAX_STRING_STAT = 32  # Delta's default prefix length for string statistics
+
+
+def stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[str, Path]]:
+    """Write one Parquet file per partition value, laid out as Spark would."""
+    staged = []
+    column = spec.partition_by
+    values = data.column(column).to_pylist()
+    if any(v is None for v in values):
+        raise LakeError(f"{spec.name}: rows with a null {column}")
+    order = sorted(range(len(values)), key=lambda i: partition_string(values[i]))
+    data = data.take(pa.array(order, type=pa.int64()))
+    for value in sorted({partition_string(v) for v in values}):
+        mask = pa.array([partition_string(v) == value for v in data.column(column).to_pylist()])
+        part = data.filter(mask).drop_columns([column])
+        folder = staging / f"{column}={value}"
+        folder.mkdir(parents=True, exist_ok=True)
+        file = folder / f"part-{uuid.uuid4().hex}.snappy.parquet"
+        pq.write_table(part, file, compression="snappy", coerce_timestamps="us")
+        staged.append((value, file))
+    return staged
+
+
+def file_stats(path: Path) -> dict[str, Any]:
+    """numRecords, min/max and null counts from the Parquet footer (Delta's stats format)."""
+    metadata = pq.read_metadata(path)
+    schema = metadata.schema.to_arrow_schema()
+    stats: dict[str, Any] = {"numRecords": metadata.num_rows}
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for index, arrow_field in enumerate(schema):
+        if pa.types.is_nested(arrow_field.type):
+            continue
+        low = high = None
+        null_count = 0
+        complete = metadata.num_row_groups > 0
+        for group in range(metadata.num_row_groups):
+            column = metadata.row_group(group).column(index)
+            s = column.statistics
+            if s is None or not s.has_null_count:
+                complete = False
+                break
+            null_count += s.null_count
+            if s.has_min_max:
+                low = s.min if low is None else min(low, s.min)
+                high = s.max if high is None else max(high, s.max)
+        if not complete:
+            continue
+        nulls[arrow_field.name] = null_count
+        if low is None or pa.types.is_boolean(arrow_field.type):
+            continue
+        low_json, high_json = _stat_value(low, up=False), _stat_value(high, up=True)
+        if low_json is not None and high_json is not None:
+            mins[arrow_field.name] = low_json
+            maxs[arrow_field.name] = high_json
+    stats.update(minValues=mins, maxValues=maxs, nullCount=nulls)
+    return stats
+
+
+def _stat_value(value: Any, *, up: bool) -> Any:
+    """JSON form of a statistic; timestamps at millisecond precision, rounded outward."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        floor = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if up and floor != value:
+            floor += timedelta(milliseconds=1)
+        return floor.strftime("%Y-%m-%dT%H:%M:%S.") + f"{floor.microsecond // 1000:03d}Z"
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_STRING_STAT else None
+    if isinstance(value, int | float):
+        return value
+    return None

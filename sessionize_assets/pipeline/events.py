@@ -1,0 +1,275 @@
+"""raw_events -> `events`: SPEC §2's cross-batch duplicate rule, paying only for what arrived.
+
+Per event date the manifest says which inputs (one batch's rows of that date) are new. Their
+copies are ranked against the copies already in `events` that share an id (of `events` only
+the ids and ranking columns are read), and then:
+- a new copy that wins and whose id is new is appended, in a new file;
+- a new copy that wins against a copy already in `events` (an earlier-received copy that
+  arrived later) displaces it: only the files holding displaced rows are rewritten, and the
+  displaced copy becomes a `duplicate` rejection;
+- a new copy that loses is appended to `rejected_events` as a `duplicate`.
+A date whose absorbed input changed or vanished (a re-delivered batch) is recomputed from all
+its batches, and only the difference is committed. `full_refresh` recomputes every requested
+date from raw and replaces it whole: the rebuild path.
+
+Rejections are committed before events. A crash in between leaves the manifest untouched, so
+the next run redoes the same work: copies already in `events` or already rejected are
+recognised by (event_id, received_date) and not added twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.manifests import (
+    Inputs,
+    absorbed_inputs,
+    batch_inputs,
+    indexed_rows,
+    input_pairs,
+    plan,
+    record_absorbed,
+)
+from sessionize_assets.transforms.events import (
+    WINNER_ORDER,
+    duplicate_rejections,
+    raw_to_candidates,
+    resolve_duplicates,
+)
+from sessionize_assets.transforms.validation import DEDUP
+
+# One copy per (id, batch): ingestion removes copies within a batch. Unique within a date.
+COPY_KEY = ("event_date", "event_id", "received_date")
+
+
+@dataclass(kw_only=True)
+class EventsReport:
+    requested: list[date]
+    updated: list[date] = field(default_factory=list)
+    recomputed: list[date] = field(default_factory=list)
+    batches_read: int = 0
+    raw_rows_read: int = 0
+    events_rows_scanned: int = 0  # rows of `events` whose id was read for the duplicate rule
+    new_events: int = 0  # winners added
+    displaced: int = 0  # winners that lost to an earlier-received copy that came later
+    duplicates: int = 0  # duplicate rejections added
+    rows_written: int = 0  # rows in the files the events commit added
+    files_added: int = 0
+    files_removed: int = 0
+    events_by_date: dict[str, int] = field(default_factory=dict)
+    events_version: int | None = None
+
+
+def update_events(
+    store: DeltaStore,
+    spark: SparkSession,
+    *,
+    event_dates: Iterable[date],
+    run_id: str,
+    full_refresh: bool = False,
+) -> EventsReport:
+    """Bring `events` for these dates up to date with every batch ingested so far.
+
+    Dates with nothing new are skipped; `full_refresh` recomputes all of them from raw.
+    """
+    dates = sorted(set(event_dates))
+    report = EventsReport(requested=dates)
+    available = batch_inputs(store, dates)
+    absorbed = absorbed_inputs(store, partitions=dates)
+    plans = {d: plan(available[d], absorbed[d]) for d in dates}
+    if full_refresh:
+        recompute, incremental = dates, []
+    else:
+        recompute = [d for d in dates if plans[d].needs_recompute]
+        incremental = [d for d in dates if plans[d].pending and d not in recompute]
+    if not recompute and not incremental:
+        return report
+    new_inputs: Inputs = {k: v for d in incremental for k, v in plans[d].new.items()}
+    all_inputs: Inputs = {k: v for d in recompute for k, v in available[d].items()}
+    tags = {"dagster_run_id": run_id, "table": EVENTS.name}
+
+    report.events_rows_scanned = sum(store.row_counts(EVENTS, partitions=incremental).values())
+    arrived = _read_raw(store, spark, new_inputs).persist(StorageLevel.MEMORY_AND_DISK)
+    change = _rank_new_copies(store, arrived, dates=incremental)
+    try:
+        counts = change.counts() if new_inputs else (0, 0, 0)
+        displaced = change.displaced_keys() if new_inputs else []
+        rebuilt = _recomputed(store, spark, all_inputs, dates=recompute, replace=full_refresh)
+        involved = {r for d in recompute for _, r in (*available[d], *absorbed[d])}
+
+        def rejections() -> DataFrame:
+            new = duplicate_rejections(change.losers(arrived)).unionByName(
+                _displaced_rejections(store, spark, displaced)
+            )
+            batches = {r for _, r in new_inputs} | {row[2] for row in displaced}
+            already = (
+                store.read(REJECTED_EVENTS, partitions=batches)
+                .where(F.col("origin") == DEDUP)
+                .select("message_id", "received_date")
+            )
+            new = new.join(already, on=["message_id", "received_date"], how="left_anti")
+            return new.unionByName(duplicate_rejections(rebuilt.losers))
+
+        store.rewrite(
+            REJECTED_EVENTS,
+            partitions=involved,
+            drop=(F.col("origin") == DEDUP) & F.col("event_date").isin(recompute)
+            if recompute
+            else None,
+            add=rejections,
+            commit_metadata=tags,
+        )
+        added = change.winners(arrived).unionByName(rebuilt.added)
+        if full_refresh:
+            commit = store.replace_partitions(
+                EVENTS, added, partitions=recompute, commit_metadata=tags
+            )
+        else:
+            drop_keys = rebuilt.removed_keys.unionByName(_copies(spark, displaced))
+            commit = store.rewrite(
+                EVENTS,
+                partitions=sorted({row[0] for row in displaced} | set(recompute)),
+                drop_keys=drop_keys.select("event_id", "received_date"),
+                add=lambda: added,
+                commit_metadata=tags,
+            )
+    finally:
+        arrived.unpersist()
+        change.ranked.unpersist()
+    record_absorbed(
+        store,
+        absorbed={d: available[d] for d in (*incremental, *recompute)},
+        run_id=run_id,
+    )
+    report.updated = sorted([*incremental, *recompute])
+    report.recomputed = recompute
+    report.batches_read = len({r for _, r in (*new_inputs, *all_inputs)})
+    report.raw_rows_read = indexed_rows(store, [*new_inputs, *all_inputs])
+    report.new_events, report.duplicates, report.displaced = counts
+    report.rows_written = commit.rows_written
+    report.files_added = commit.files_added
+    report.files_removed = commit.files_removed
+    report.events_by_date = store.row_counts(EVENTS, partitions=report.updated)
+    report.events_version = commit.version
+    return report
+
+
+def _read_raw(store: DeltaStore, spark: SparkSession, inputs: Inputs) -> DataFrame:
+    """The raw copies behind these inputs, in the shape of `events` plus the raw line."""
+    raw = store.read(RAW_EVENTS, partitions={r for _, r in inputs}).join(
+        input_pairs(spark, inputs), on=["event_date", "received_date"], how="left_semi"
+    )
+    return raw_to_candidates(raw)
+
+
+@dataclass(frozen=True)
+class _NewCopies:
+    """New copies ranked against the copies of the same ids already in `events`."""
+
+    ranked: DataFrame  # COPY_KEY + is_new + rank, for the ids the new copies carry
+
+    def counts(self) -> tuple[int, int, int]:
+        """(new winners, losing new copies, displaced copies)."""
+        row = self.ranked.agg(
+            F.count(F.when(_new_winner(), 1)).alias("winners"),
+            F.count(F.when(F.col("_new") & (F.col("_rank") > 1), 1)).alias("losers"),
+            F.count(F.when(~F.col("_new") & (F.col("_rank") > 1), 1)).alias("displaced"),
+        ).first()
+        return (row["winners"], row["losers"], row["displaced"]) if row else (0, 0, 0)
+
+    def winners(self, arrived: DataFrame) -> DataFrame:
+        keys = self.ranked.where(_new_winner()).select(*COPY_KEY)
+        winners = arrived.join(keys, on=list(COPY_KEY), how="left_semi")
+        return winners.select(*EVENTS.schema.fieldNames())
+
+    def losers(self, arrived: DataFrame) -> DataFrame:
+        keys = self.ranked.where(F.col("_new") & (F.col("_rank") > 1)).select(*COPY_KEY)
+        return arrived.join(keys, on=list(COPY_KEY), how="left_semi")
+
+    def displaced_keys(self) -> list[tuple[date, str, date]]:
+        """Copies in `events` that lose to a new copy: few, so they come to the driver."""
+        rows = (
+            self.ranked.where(~F.col("_new") & (F.col("_rank") > 1))
+            .select(*COPY_KEY)
+            .orderBy(*COPY_KEY)
+            .collect()
+        )
+        return [(r.event_date, r.event_id, r.received_date) for r in rows]
+
+
+def _new_winner() -> Column:
+    return F.col("_new") & (F.col("_rank") == 1)
+
+
+def _rank_new_copies(store: DeltaStore, arrived: DataFrame, *, dates: list[date]) -> _NewCopies:
+    ranking = ["event_date", "event_id", *WINNER_ORDER]
+    ids = arrived.select("event_date", "event_id").distinct()
+    # Of `events`, only the ranking columns of the ids that arrived again.
+    present = (
+        store.read(EVENTS, partitions=dates)
+        .select(*ranking)
+        .join(ids, on=["event_date", "event_id"], how="left_semi")
+    )
+    # A copy already in `events` was absorbed by an earlier attempt: it is not new.
+    fresh = arrived.select(*ranking).join(
+        present.select(*COPY_KEY), on=list(COPY_KEY), how="left_anti"
+    )
+    contenders = fresh.withColumn("_new", F.lit(True)).unionByName(
+        present.withColumn("_new", F.lit(False))
+    )
+    order = Window.partitionBy("event_date", "event_id").orderBy(*WINNER_ORDER)
+    ranked = contenders.withColumn("_rank", F.row_number().over(order)).select(
+        *COPY_KEY, "_new", "_rank"
+    )
+    outcome = ranked.where(F.col("_new") | (F.col("_rank") > 1))
+    return _NewCopies(outcome.persist(StorageLevel.MEMORY_AND_DISK))
+
+
+def _copies(spark: SparkSession, keys: list[tuple[date, str, date]]) -> DataFrame:
+    """A small frame of COPY_KEY rows."""
+    schema = "event_date date, event_id string, received_date date"
+    return spark.createDataFrame(keys, schema).hint("broadcast")
+
+
+def _displaced_rejections(
+    store: DeltaStore, spark: SparkSession, displaced: list[tuple[date, str, date]]
+) -> DataFrame:
+    """Rejection rows for displaced copies, with their raw lines from their own batch."""
+    raw = raw_to_candidates(store.read(RAW_EVENTS, partitions={r for _, _, r in displaced}))
+    return duplicate_rejections(
+        raw.join(_copies(spark, displaced), on=list(COPY_KEY), how="left_semi")
+    )
+
+
+@dataclass(frozen=True)
+class _Recomputed:
+    """Dates recomputed from all their batches: the difference to commit."""
+
+    added: DataFrame  # rows to add (all winners when replacing whole dates)
+    removed_keys: DataFrame  # COPY_KEY of rows to drop
+    losers: DataFrame  # every losing copy of these dates
+
+
+def _recomputed(
+    store: DeltaStore, spark: SparkSession, inputs: Inputs, *, dates: list[date], replace: bool
+) -> _Recomputed:
+    empty_keys = _copies(spark, [])
+    winners, losers = resolve_duplicates(_read_raw(store, spark, inputs))
+    columns = EVENTS.schema.fieldNames()
+    winners = winners.select(*columns)
+    if replace or not dates:
+        return _Recomputed(added=winners, removed_keys=empty_keys, losers=losers)
+    current = store.read(EVENTS, partitions=dates)
+    return _Recomputed(
+        added=winners.exceptAll(current),
+        removed_keys=current.exceptAll(winners).select(*COPY_KEY),
+        losers=losers,
+    )

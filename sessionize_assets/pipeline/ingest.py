@@ -1,0 +1,110 @@
+"""A landing batch -> its raw_events and rejected_events partitions and its index entry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from sessionize_assets.lake.store import CommitInfo, DeltaStore
+from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.manifests import batch_event_dates as indexed_event_dates
+from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.validation import INGEST, REASONS, parse_lines, split_batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchIngested:
+    """What one committed batch holds: drives the late-data sensor and the UI."""
+
+    received: date
+    events_by_date: dict[date, int]  # accepted rows per event date
+    rejected_by_reason: dict[str, int]
+    # Event dates whose inputs changed: the batch's dates now, and any it held before.
+    touched_event_dates: list[date]
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.events_by_date.values())
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.rejected_by_reason.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    raw: CommitInfo
+    rejected: CommitInfo
+    index: CommitInfo
+    batches: dict[date, BatchIngested]
+
+
+def ingest_batches(
+    store: DeltaStore,
+    lines: DataFrame,
+    *,
+    received_dates: Iterable[date],
+    settings: Settings,
+    run_id: str,
+) -> IngestResult:
+    """Validate the lines of these batches; replace their raw rows, their rejections and their
+    index entries, one commit per table however many batches (a backfill is one Spark job).
+
+    A listed batch without lines becomes empty.
+    """
+    days = sorted(set(received_dates))
+    parsed = parse_lines(
+        lines, start_date=settings.start_date, future_tolerance=settings.future_tolerance
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
+    try:
+        accepted, rejected = split_batch(parsed)
+        # Counted before the commit, from the frames being written: no re-scan afterwards.
+        by_date = accepted.groupBy("received_date", "event_date").count().collect()
+        by_reason = rejected.groupBy("received_date", "reason").count().collect()
+        raw = store.replace_partitions(RAW_EVENTS, accepted, partitions=days, commit_metadata=tags)
+        # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
+        rejected_commit = store.rewrite(
+            REJECTED_EVENTS,
+            partitions=days,
+            drop=F.col("origin") == INGEST,
+            add=lambda: rejected,
+            commit_metadata=tags,
+        )
+    finally:
+        parsed.unpersist()
+    before = indexed_event_dates(store, days)
+    index_rows = [
+        {
+            "received_date": row["received_date"],
+            "event_date": row["event_date"],
+            "events": row["count"],
+            "ingest_version": raw.version or 0,
+        }
+        for row in sorted(by_date, key=lambda r: (r["received_date"], r["event_date"]))
+    ]
+    index = store.replace_partitions_arrow(
+        BATCH_EVENT_DATES,
+        pa.Table.from_pylist(index_rows, schema=to_arrow_schema(BATCH_EVENT_DATES.schema)),
+        partitions=days,
+        commit_metadata=tags,
+    )
+    batches = {}
+    for day in days:
+        events = {r["event_date"]: r["events"] for r in index_rows if r["received_date"] == day}
+        reasons = {reason: 0 for reason in REASONS}
+        reasons.update({r["reason"]: r["count"] for r in by_reason if r["received_date"] == day})
+        batches[day] = BatchIngested(
+            received=day,
+            events_by_date=events,
+            rejected_by_reason=reasons,
+            touched_event_dates=sorted(set(before.get(day, [])) | set(events)),
+        )
+    return IngestResult(raw=raw, rejected=rejected_commit, index=index, batches=batches)

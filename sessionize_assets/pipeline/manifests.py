@@ -1,0 +1,182 @@
+"""Bookkeeping of what each asset partition has absorbed (Snowplow-style manifests).
+
+`events`: an input is one batch's rows for one event date, (event_date, received_date) at
+the raw_events version that wrote the batch. Comparing what is available with what a
+partition has absorbed says exactly what to do: new inputs are read incrementally; an
+absorbed input that changed or vanished (a re-delivered batch) recomputes that date.
+
+`sessions`: a partition records the `events` table version it has absorbed and the session
+definition (gap, cap) it was computed with. What changed since is read from the Delta log of
+`events` (the files added and removed after that version), so the work follows the change.
+
+Bookkeeping tables are tiny, so they are read and written on the driver with delta-rs, and
+filtered in Arrow before anything becomes a Python object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from sessionize_assets.lake.store import DeltaStore, TableSpec
+from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENTS_MANIFEST, SESSIONS_MANIFEST
+
+InputKey = tuple[date, date]  # (event_date, received_date)
+Inputs = dict[InputKey, int]  # -> ingest_version
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What one partition must do."""
+
+    available: Inputs
+    new: Inputs = field(default_factory=dict)
+    gone: Inputs = field(default_factory=dict)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.new or self.gone)
+
+    @property
+    def needs_recompute(self) -> bool:
+        return bool(self.gone)
+
+
+def plan(available: Inputs, absorbed: Inputs) -> Plan:
+    new = {k: v for k, v in available.items() if absorbed.get(k) != v}
+    gone = {k: v for k, v in absorbed.items() if available.get(k) != v}
+    return Plan(available=available, new=new, gone=gone)
+
+
+def _index_rows(store: DeltaStore, event_dates: Iterable[date]) -> list[dict]:
+    """Index rows of these event dates only (filtered in Arrow)."""
+    wanted = sorted(set(event_dates))
+    if not wanted:
+        return []
+    index = store.read_arrow(BATCH_EVENT_DATES)
+    return index.filter(
+        pc.is_in(index.column("event_date"), value_set=pa.array(wanted))
+    ).to_pylist()
+
+
+def batch_inputs(store: DeltaStore, event_dates: Iterable[date]) -> dict[date, Inputs]:
+    """Per event date, the batches that hold events for it (the received -> event index)."""
+    wanted = set(event_dates)
+    out: dict[date, Inputs] = {d: {} for d in wanted}
+    for row in _index_rows(store, wanted):
+        key = (row["event_date"], row["received_date"])
+        out[row["event_date"]][key] = row["ingest_version"]
+    return out
+
+
+def indexed_rows(store: DeltaStore, inputs: Iterable[InputKey]) -> int:
+    """Raw rows behind these inputs, from the index (no scan)."""
+    wanted = set(inputs)
+    return sum(
+        row["events"]
+        for row in _index_rows(store, {e for e, _ in wanted})
+        if (row["event_date"], row["received_date"]) in wanted
+    )
+
+
+def batch_event_dates(store: DeltaStore, received: Iterable[date]) -> dict[date, list[date]]:
+    """Event dates the index holds for each of these batches."""
+    out: dict[date, set[date]] = {}
+    for row in store.read_arrow(BATCH_EVENT_DATES, partitions=sorted(set(received))).to_pylist():
+        out.setdefault(row["received_date"], set()).add(row["event_date"])
+    return {day: sorted(dates) for day, dates in sorted(out.items())}
+
+
+def absorbed_inputs(store: DeltaStore, *, partitions: Iterable[date]) -> dict[date, Inputs]:
+    """Per events partition, the inputs it has absorbed."""
+    wanted = sorted(set(partitions))
+    out: dict[date, Inputs] = {d: {} for d in wanted}
+    for row in store.read_arrow(EVENTS_MANIFEST, partitions=wanted).to_pylist():
+        key = (row["event_date"], row["received_date"])
+        out[row["partition_date"]][key] = row["ingest_version"]
+    return out
+
+
+def record_absorbed(store: DeltaStore, *, absorbed: Mapping[date, Inputs], run_id: str) -> None:
+    """Replace the events manifest of `absorbed`'s partitions with exactly these inputs."""
+    if not absorbed:
+        return
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "partition_date": partition,
+            "event_date": event_date,
+            "received_date": received_date,
+            "ingest_version": version,
+            "run_id": run_id,
+            "processed_at": now,
+        }
+        for partition, inputs in sorted(absorbed.items())
+        for (event_date, received_date), version in sorted(inputs.items())
+    ]
+    _replace(store, EVENTS_MANIFEST, rows, partitions=sorted(absorbed), run_id=run_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionsProgress:
+    """What one sessions partition has absorbed."""
+
+    events_version: int
+    definition: str
+
+
+def sessions_progress(
+    store: DeltaStore, *, partitions: Iterable[date]
+) -> dict[date, SessionsProgress]:
+    """Per sessions partition ever computed: the events version and definition it absorbed."""
+    rows = store.read_arrow(SESSIONS_MANIFEST, partitions=sorted(set(partitions))).to_pylist()
+    return {
+        row["partition_date"]: SessionsProgress(
+            events_version=row["events_version"], definition=row["definition"]
+        )
+        for row in rows
+    }
+
+
+def record_sessions_progress(
+    store: DeltaStore, *, partitions: Iterable[date], progress: SessionsProgress, run_id: str
+) -> None:
+    now = datetime.now(UTC)
+    dates = sorted(set(partitions))
+    rows = [
+        {
+            "partition_date": day,
+            "events_version": progress.events_version,
+            "definition": progress.definition,
+            "run_id": run_id,
+            "processed_at": now,
+        }
+        for day in dates
+    ]
+    _replace(store, SESSIONS_MANIFEST, rows, partitions=dates, run_id=run_id)
+
+
+def _replace(
+    store: DeltaStore, spec: TableSpec, rows: list[dict], *, partitions: list[date], run_id: str
+) -> None:
+    if not partitions:
+        return
+    store.replace_partitions_arrow(
+        spec,
+        pa.Table.from_pylist(rows, schema=to_arrow_schema(spec.schema)),
+        partitions=partitions,
+        commit_metadata={"dagster_run_id": run_id, "table": spec.name},
+    )
+
+
+def input_pairs(spark: SparkSession, inputs: Iterable[InputKey]) -> DataFrame:
+    """A small frame of (event_date, received_date) to semi-join data against."""
+    return spark.createDataFrame(sorted(set(inputs)), "event_date date, received_date date").hint(
+        "broadcast"
+    )

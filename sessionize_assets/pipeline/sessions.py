@@ -1,0 +1,291 @@
+"""events -> `sessions`, `session_quarantine` and the `session_changes` log, per (user, day).
+
+A sessions partition records the `events` version it has absorbed. The files `events` added
+or removed since then (read from its Delta log) hold the users whose events changed: a change
+for user u on event date E can only move u's sessions on E - lookahead .. E + lookback (see
+partitions.py), so exactly those (user, session date) pairs are recomputed, from those users'
+events in the pairs' windows. Only pairs whose rows really differ are written: the files
+holding their old rows are rewritten (files are user ranges within a date), their new rows
+added, and both sides go to the corrections log, all without touching other users.
+
+A partition never computed, computed with another gap or cap, or asked for with
+`full_refresh` is recomputed whole (every user); so is one whose `events` history is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import EVENTS, SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
+from sessionize_assets.partitions import event_window
+from sessionize_assets.pipeline.manifests import (
+    SessionsProgress,
+    record_sessions_progress,
+    sessions_progress,
+)
+from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.sessions import build_sessions
+
+PAIR = ("user_id", "session_date")
+_CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
+
+
+def session_definition(settings: Settings) -> str:
+    """What sessions depend on besides events: part of the assets' code version."""
+    gap = settings.session_gap.total_seconds()
+    cap = settings.max_session_length.total_seconds()
+    return f"gap={gap:g}s,cap={cap:g}s"
+
+
+@dataclass(kw_only=True)
+class SessionsReport:
+    requested: list[date]
+    updated: list[date] = field(default_factory=list)  # dates brought up to date
+    recomputed: list[date] = field(default_factory=list)  # of those, recomputed for every user
+    changed: list[date] = field(default_factory=list)  # dates whose sessions rows changed
+    pairs_recomputed: int = 0  # (user, date) pairs recomputed outside the whole dates
+    users_recomputed: int = 0
+    events_rows_scanned: int = 0  # rows of the `events` partitions read (before the user filter)
+    events_read: int = 0  # of those, the recomputed users' events
+    inserted: int = 0
+    replaced: int = 0
+    removed: int = 0
+    rows_written: int = 0
+    files_rewritten: int = 0
+    files_total: int = 0
+    quarantined_by_date: dict[str, int] = field(default_factory=dict)
+    sessions_by_date: dict[str, int] = field(default_factory=dict)
+    sessions_version: int | None = None
+
+
+def update_sessions(
+    store: DeltaStore,
+    spark: SparkSession,
+    *,
+    session_dates: Iterable[date],
+    settings: Settings,
+    run_id: str,
+    full_refresh: bool = False,
+) -> SessionsReport:
+    """Bring these sessions dates up to date with `events`, recomputing only what changed."""
+    dates = sorted(set(session_dates))
+    report = SessionsReport(requested=dates)
+    events_version = store.version(EVENTS)
+    if events_version is None:
+        return report
+    definition = session_definition(settings)
+    progress = sessions_progress(store, partitions=dates)
+    whole = [
+        d
+        for d in dates
+        if full_refresh or d not in progress or progress[d].definition != definition
+    ]
+    partial = [d for d in dates if d not in whole and progress[d].events_version < events_version]
+    touched = _touched_pairs(
+        store, spark, {d: progress[d].events_version for d in partial}, events_version, settings
+    )
+    if touched is None:  # the events history since then is gone: recompute those dates
+        whole, partial = sorted([*whole, *partial]), []
+        touched = spark.createDataFrame([], "user_id string, session_date date")
+    if not whole and not partial:
+        return report
+    touched = touched.persist(StorageLevel.MEMORY_AND_DISK)
+    progress_now = SessionsProgress(events_version=events_version, definition=definition)
+    if not whole and touched.isEmpty():  # nothing in these dates' windows changed
+        touched.unpersist()
+        record_sessions_progress(store, partitions=partial, progress=progress_now, run_id=run_id)
+        report.updated = partial
+        return report
+    scope = _Scope(whole=whole, pairs=touched)
+    window = event_window([*whole, *partial], settings)
+    report.events_rows_scanned = sum(store.row_counts(EVENTS, partitions=window).values())
+    users = touched.select("user_id").distinct().withColumn("_touched", F.lit(True))
+    events = (
+        store.read(EVENTS, partitions=window)
+        .select("user_id", "event_ts", "event_id", "event_date")
+        .join(F.broadcast(users), on="user_id", how="left")
+        .where(
+            F.col("event_date").isin(event_window(whole, settings))
+            | (
+                F.col("_touched").isNotNull()
+                & F.col("event_date").isin(event_window(partial, settings))
+            )
+        )
+        .drop("_touched")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    sessions, quarantine = build_sessions(
+        events,
+        gap=settings.session_gap,
+        max_length=settings.max_session_length,
+        session_dates=[*whole, *partial],
+    )
+    sessions = scope.within(sessions).persist(StorageLevel.MEMORY_AND_DISK)
+    old = scope.within(store.read(SESSIONS, partitions=[*whole, *partial]))
+    diff = _diff(old, sessions).persist(StorageLevel.MEMORY_AND_DISK)
+    tags = {"dagster_run_id": run_id, "table": SESSIONS.name}
+    try:
+        changed = diff.select(*PAIR).distinct()
+        # Whole dates are replaced; elsewhere only the pairs whose rows differ are rewritten.
+        changed_dates = sorted(
+            r.session_date for r in diff.select("session_date").distinct().collect()
+        )
+        files_before = len(store.live_files(SESSIONS, partitions=changed_dates))
+        if changed_dates:
+            commit = store.rewrite(
+                SESSIONS,
+                partitions=changed_dates,
+                drop=F.col("session_date").isin(whole) if whole else None,
+                drop_keys=changed.where(~F.col("session_date").isin(whole)),
+                add=lambda: sessions.join(changed, on=list(PAIR), how="left_semi"),
+                commit_metadata=tags,
+            )
+            version = commit.version or 0
+            store.rewrite(
+                SESSION_CHANGES,
+                add=lambda: _changes(diff, commit_version=version, run_id=run_id),
+                commit_metadata=tags,
+            )
+            report.rows_written = commit.rows_written
+            report.files_rewritten = commit.files_removed
+        store.rewrite(
+            SESSION_QUARANTINE,
+            partitions=[*whole, *partial],
+            drop=F.col("session_date").isin(whole) if whole else None,
+            drop_keys=touched,
+            add=lambda: scope.within(quarantine),
+            commit_metadata=tags,
+        )
+        report.changed = changed_dates
+        report.inserted, report.replaced, report.removed = _change_counts(diff)
+        read = events.agg(
+            F.count(F.lit(1)).alias("events"), F.countDistinct("user_id").alias("users")
+        ).first()
+        report.events_read = read["events"] if read else 0
+        report.users_recomputed = read["users"] if read else 0
+        report.pairs_recomputed = touched.count()
+        report.files_total = files_before
+        report.sessions_version = store.version(SESSIONS)
+    finally:
+        for frame in (touched, events, sessions, diff):
+            frame.unpersist()
+    record_sessions_progress(
+        store, partitions=[*whole, *partial], progress=progress_now, run_id=run_id
+    )
+    report.updated = sorted([*whole, *partial])
+    report.recomputed = whole
+    report.sessions_by_date = store.row_counts(SESSIONS, partitions=report.updated)
+    report.quarantined_by_date = store.row_counts(SESSION_QUARANTINE, partitions=report.updated)
+    return report
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What a run recomputes: every user on `whole` dates, and the touched (user, date) pairs."""
+
+    whole: list[date]
+    pairs: DataFrame  # (user_id, session_date)
+
+    def within(self, rows: DataFrame) -> DataFrame:
+        flagged = rows.join(
+            F.broadcast(self.pairs.withColumn("_pair", F.lit(True))), on=list(PAIR), how="left"
+        )
+        keep: Column = F.col("_pair").isNotNull()
+        if self.whole:
+            keep = keep | F.col("session_date").isin(self.whole)
+        return flagged.where(keep).drop("_pair")
+
+
+def _touched_pairs(
+    store: DeltaStore,
+    spark: SparkSession,
+    absorbed: dict[date, int],
+    events_version: int,
+    settings: Settings,
+) -> DataFrame | None:
+    """(user_id, session_date) pairs whose events changed after each date's absorbed version.
+
+    None when the `events` history since then can no longer be read.
+    """
+    empty = spark.createDataFrame([], "user_id string, session_date date")
+    if not absorbed:
+        return empty
+    changes = store.changes(
+        EVENTS, since_version=min(absorbed.values()), through_version=events_version
+    )
+    if changes is None:
+        return None
+    # Which session dates each event date decides, and what those dates absorbed.
+    decides = [
+        (event_date, session_date, version)
+        for session_date, version in absorbed.items()
+        for event_date in event_window([session_date], settings)
+    ]
+    window = {event_date.isoformat() for event_date, _, _ in decides}
+    latest: dict[str, int] = {}
+    for change in changes:
+        if change.partition in window:
+            latest[change.path] = max(latest.get(change.path, -1), change.version)
+    if not latest:
+        return empty
+    files = spark.createDataFrame(sorted(latest.items()), "_path string, _version long")
+    decided = spark.createDataFrame(
+        decides, "event_date date, session_date date, _absorbed long"
+    ).hint("broadcast")
+    return (
+        store.read_files(EVENTS, latest)
+        .select(
+            "user_id",
+            "event_date",
+            # The path relative to the table root, as the Delta log names it.
+            F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1).alias("_path"),
+        )
+        .join(F.broadcast(files), on="_path")
+        .join(decided, on="event_date")
+        .where(F.col("_version") > F.col("_absorbed"))
+        .select(*PAIR)
+        .distinct()
+    )
+
+
+def _diff(old: DataFrame, new: DataFrame) -> DataFrame:
+    """Old rows that are gone or changed (`removed`), new rows that are new or changed."""
+    columns = SESSIONS.schema.fieldNames()
+    old_rows, new_rows = old.select(*columns), new.select(*columns)
+    return (
+        old_rows.exceptAll(new_rows)
+        .withColumn("change", F.lit("removed"))
+        .unionByName(new_rows.exceptAll(old_rows).withColumn("change", F.lit("added")))
+    )
+
+
+def _change_counts(diff: DataFrame) -> tuple[int, int, int]:
+    """Sessions (inserted, replaced, removed): a session both removed and added was replaced."""
+    per_session = diff.groupBy("session_id").agg(
+        F.max((F.col("change") == "added").cast("int")).alias("added"),
+        F.max((F.col("change") == "removed").cast("int")).alias("removed"),
+    )
+    row = per_session.agg(
+        F.count(F.when((F.col("added") == 1) & (F.col("removed") == 0), 1)).alias("inserted"),
+        F.count(F.when((F.col("added") == 1) & (F.col("removed") == 1), 1)).alias("replaced"),
+        F.count(F.when((F.col("added") == 0) & (F.col("removed") == 1), 1)).alias("removed"),
+    ).first()
+    return (row["inserted"], row["replaced"], row["removed"]) if row else (0, 0, 0)
+
+
+def _changes(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFrame:
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return diff.select(
+        "change",
+        *_CONTENT,
+        F.lit(commit_version).cast("long").alias("commit_version"),
+        F.lit(run_id).alias("run_id"),
+        F.lit(now).cast("timestamp").alias("changed_at"),
+    )

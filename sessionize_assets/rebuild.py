@@ -1,0 +1,75 @@
+"""`sessionize rebuild`: recompute events and sessions of chosen days from raw, then correct
+the lifecycle snapshot from the earliest session day that changed.
+
+The same `rebuild_job` runs from the UI (select days of `events` or `sessions`, launch it as a
+backfill); this is the command-line way, in-process, recorded in the Dagster instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+
+from dagster import AssetKey, DagsterInstance
+
+from sessionize_assets.definitions import LIFECYCLE_JOB, REBUILD_JOB, build_definitions
+from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
+from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
+from sessionize_assets.replay import QUIET
+from sessionize_assets.sensors import SNAPSHOT_KEY
+from sessionize_assets.settings import Settings
+
+
+def rebuild(
+    *,
+    settings: Settings,
+    instance: DagsterInstance,
+    first: date | None = None,
+    last: date | None = None,
+    echo: Callable[[str], None] = print,
+) -> bool:
+    """Rebuild event days first..last (default: every day the lake holds events for)."""
+    defs = build_definitions(settings)
+    store = defs.resources["lake"].store()  # type: ignore[attr-defined]
+    event_dates = store.read_arrow(BATCH_EVENT_DATES).column("event_date").to_pylist()
+    if not event_dates:
+        echo("nothing to rebuild: no batch has been ingested")
+        return True
+    first = max(first or settings.start_date, settings.start_date)
+    last = last or max(event_dates)
+    echo(f"rebuilding events and sessions for {first}..{last} from raw_events")
+    result = defs.resolve_job_def(REBUILD_JOB).execute_in_process(
+        instance=instance,
+        run_config=QUIET,
+        raise_on_error=False,
+        tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
+    )
+    if not result.success:
+        echo(f"rebuild run {result.run_id} failed: see it in the Dagster UI")
+        return False
+    changed = [
+        date.fromisoformat(day)
+        for event in result.get_asset_materialization_events()
+        if event.asset_key == AssetKey("sessions")
+        for day in event.materialization.metadata["dates_changed"].value  # type: ignore[union-attr]
+    ]
+    echo(f"sessions changed on {len(changed)} days")
+    received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]
+    snapshot = [date.fromisoformat(k) for k in instance.get_materialized_partitions(SNAPSHOT_KEY)]
+    span = lifecycle_range(
+        changed=changed,
+        through=max(snapshot, default=None),
+        latest=max(received, default=None),
+        start=settings.start_date,
+    )
+    if span is None:
+        echo("the lifecycle snapshot needs no correction")
+        return True
+    echo(f"correcting the lifecycle snapshot for {span[0]}..{span[1]}")
+    lifecycle = defs.resolve_job_def(LIFECYCLE_JOB).execute_in_process(
+        instance=instance,
+        run_config=QUIET,
+        raise_on_error=False,
+        tags={RANGE_START: span[0].isoformat(), RANGE_END: span[1].isoformat()},
+    )
+    return lifecycle.success
