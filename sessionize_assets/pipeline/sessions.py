@@ -104,7 +104,8 @@ def update_sessions(
         report.updated = partial
         return report
     scope = _Scope(whole=whole, pairs=touched)
-    window = event_window([*whole, *partial], settings)
+    computed = sorted([*whole, *partial])
+    window = event_window(computed, settings)
     report.events_rows_scanned = sum(store.row_counts(EVENTS, partitions=window).values())
     users = touched.select("user_id").distinct().withColumn("_touched", F.lit(True))
     events = (
@@ -155,14 +156,17 @@ def update_sessions(
             )
             report.rows_written = commit.rows_written
             report.files_rewritten = commit.files_removed
-        store.rewrite(
-            SESSION_QUARANTINE,
-            partitions=[*whole, *partial],
-            drop=F.col("session_date").isin(whole) if whole else None,
-            drop_keys=touched,
-            add=lambda: scope.within(quarantine),
-            commit_metadata=tags,
-        )
+        quarantined = scope.within(quarantine)
+        # Bots are rare: without quarantine rows before or after, there is nothing to write.
+        if store.live_files(SESSION_QUARANTINE, partitions=computed) or not quarantined.isEmpty():
+            store.rewrite(
+                SESSION_QUARANTINE,
+                partitions=computed,
+                drop=F.col("session_date").isin(whole) if whole else None,
+                drop_keys=touched,
+                add=lambda: quarantined,
+                commit_metadata=tags,
+            )
         report.changed = changed_dates
         report.inserted, report.replaced, report.removed = _change_counts(diff)
         read = events.agg(
