@@ -48,7 +48,7 @@ from sessionize_assets.definitions import (
 )
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.tables import EVENTS, SESSIONS, USER_LIFECYCLE_STATE
+from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENTS, SESSIONS, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.replay import QUIET, BatchDriver
 from sessionize_assets.settings import Settings
@@ -340,8 +340,6 @@ def _range(defs: Any, instance: DagsterInstance, job_name: str, first: date, las
 
 
 def _last_event_date(store: EmbeddedDeltaStore) -> date:
-    from sessionize_assets.lake.tables import BATCH_EVENT_DATES
-
     index = store.read_arrow(BATCH_EVENT_DATES)
     return max(index.column("event_date").to_pylist())
 
