@@ -20,6 +20,7 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import resource
@@ -109,24 +110,23 @@ def main() -> None:
 def run_shape(
     root: Path, *, shape: str, histories: list[int], args: argparse.Namespace
 ) -> tuple[list[BatchFigures], dict[str, float]]:
-    settings = Settings(landing_dir=root / "landing", lake_dir=root / "lake", start_date=START)
     days = histories[-1] + 1
-    with _timed(f"[{shape}] generating {days} days x {args.users} users"):
-        zone = generate_landing_zone(
-            out=settings.landing_dir,
-            start=START,
-            days=days,
-            users=args.users,
-            seed=args.seed,
-            late_share=args.late_share,
-            late_shape=shape,
-            gzip_share=0.0,
-        )
-    print(f"  {zone.lines:,} lines, {zone.valid_events:,} valid events, {zone.late_events:,} late")
+    zone_dir, zone = landing_zone(
+        root / "zones",
+        shape=shape,
+        users=args.users,
+        days=days,
+        late_share=args.late_share,
+        seed=args.seed,
+    )
+    print(f"  {zone['lines']:,} lines, {zone['valid']:,} valid events, {zone['late']:,} late")
+    work = root / shape
+    shutil.rmtree(work, ignore_errors=True)  # a fresh lake and instance on every run
+    settings = Settings(landing_dir=zone_dir, lake_dir=work / "lake", start_date=START)
     defs = build_definitions(settings, spark_ui=False)
-    (root / "dagster_home").mkdir(parents=True, exist_ok=True)
+    (work / "dagster_home").mkdir(parents=True, exist_ok=True)
     instance = DagsterInstance.local_temp(
-        tempdir=str(root / "dagster_home"), overrides={"telemetry": {"enabled": False}}
+        tempdir=str(work / "dagster_home"), overrides={"telemetry": {"enabled": False}}
     )
     spark = defs.resources["spark"].session()  # type: ignore[attr-defined]
     store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
@@ -146,7 +146,7 @@ def run_shape(
         with _timed(f"[{shape}] one daily batch ({received}) end to end"):
             outcome = driver.batch(received)
         if not outcome.succeeded:
-            raise SystemExit(f"batch {received} failed: see {root / 'dagster_home'}")
+            raise SystemExit(f"batch {received} failed: see {work / 'dagster_home'}")
         figures.append(_batch_figures(instance, received, shape=shape, history=history))
         done = history + 1
     full: dict[str, float] = {}
@@ -154,13 +154,42 @@ def run_shape(
         run = _range(defs, instance, REBUILD_JOB, START, _last_event_date(store))
         full.update(_step_seconds(instance, run))
     with _timed(f"[{shape}] bare PySpark floor"):
-        full["floor"] = bare_sessionization(spark, store, settings, root / "floor")
+        full["floor"] = bare_sessionization(spark, store, settings, work / "floor")
     full["events"] = float(sum(store.row_counts(EVENTS).values()))
     full["sessions"] = float(sum(store.row_counts(SESSIONS).values()))
     full["state_rows"] = float(sum(store.row_counts(USER_LIFECYCLE_STATE).values()))
     full["peak_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     full["peak_jvm_mb"] = _jvm_peak_mb(spark)
     return figures, full
+
+
+def landing_zone(
+    zones: Path, *, shape: str, users: int, days: int, late_share: float, seed: int
+) -> tuple[Path, dict[str, int]]:
+    """The zone for these parameters, generated once and reused by later runs in one workdir.
+
+    Generating 20 M events takes about 20 minutes; a marker written last says it is complete.
+    """
+    out = zones / f"{shape}-{users}users-{days}days-late{late_share:g}-seed{seed}"
+    marker = out / "zone.json"
+    if marker.exists():
+        print(f"[{shape}] reusing the zone in {out}")
+        return out, json.loads(marker.read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    with _timed(f"[{shape}] generating {days} days x {users} users"):
+        report = generate_landing_zone(
+            out=out,
+            start=START,
+            days=days,
+            users=users,
+            seed=seed,
+            late_share=late_share,
+            late_shape=shape,
+            gzip_share=0.0,
+        )
+    figures = {"lines": report.lines, "valid": report.valid_events, "late": report.late_events}
+    marker.write_text(json.dumps(figures))
+    return out, figures
 
 
 def bare_sessionization(

@@ -1,17 +1,31 @@
-"""Asset checks: the SPEC's invariants, verified on the Delta tables as they are."""
+"""Asset checks: the SPEC's invariants, verified on the Delta tables as they are.
 
-from __future__ import annotations
+A check that runs with a materialization checks the partitions that run materialized, so a
+daily batch pays for what it wrote, not for the whole history. Run on its own (the UI's
+"Execute checks" on an asset), a check has no partitions and checks the whole table.
+"""
 
+
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 
-from dagster import AssetCheckResult, AssetChecksDefinition, MetadataValue, asset_check
+import pyarrow as pa
+import pyarrow.compute as pc
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    MetadataValue,
+    asset_check,
+)
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
+    BATCH_EVENT_DATES,
     EVENTS,
     RAW_EVENTS,
     REJECTED_EVENTS,
@@ -19,6 +33,7 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
     USER_LIFECYCLE_SNAPSHOT,
 )
+from sessionize_assets.partitions import days_around, days_between
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import STATES
@@ -52,11 +67,19 @@ def duplicate_event_ids(events: DataFrame) -> Finding:
     return _finding(bad, lambda r: f"{r.event_id} x{r['count']}")
 
 
-def overlapping_sessions(sessions: DataFrame) -> Finding:
+def overlapping_sessions(sessions: DataFrame, *, dates: list[date] | None = None) -> Finding:
+    """Sessions that overlap the user's next one; with `dates`, pairs with a session on them.
+
+    `sessions` must then also hold the dates around `dates` a session can reach into.
+    """
     following = Window.partitionBy("user_id").orderBy("session_start", "session_id")
-    bad = sessions.withColumn("next_start", F.lead("session_start").over(following)).where(
-        F.col("next_start") <= F.col("session_end")
+    bad = (
+        sessions.withColumn("next_start", F.lead("session_start").over(following))
+        .withColumn("next_date", F.lead("session_date").over(following))
+        .where(F.col("next_start") <= F.col("session_end"))
     )
+    if dates is not None:
+        bad = bad.where(F.col("session_date").isin(dates) | F.col("next_date").isin(dates))
     return _finding(bad, lambda r: f"{r.user_id}: {r.session_start}..{r.session_end}")
 
 
@@ -81,26 +104,26 @@ def quarantine_mismatch(sessions: DataFrame, quarantine: DataFrame) -> Finding:
 
 
 def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) -> Finding:
-    """Per batch: every valid raw row is an event or a cross-batch duplicate, exactly once."""
-    per_batch = (
-        raw.groupBy("received_date")
-        .agg(F.count(F.lit(1)).alias("raw"))
-        .join(
-            events.groupBy("received_date").agg(F.count(F.lit(1)).alias("events")),
-            "received_date",
-            "full",
-        )
-        .join(
-            rejected.where(F.col("origin") == DEDUP)
-            .groupBy("received_date")
-            .agg(F.count(F.lit(1)).alias("duplicates")),
-            "received_date",
-            "full",
-        )
+    """Per batch and event date: every valid raw row is an event or a cross-batch duplicate,
+    exactly once."""
+    key = ["received_date", "event_date"]
+
+    def rows(frame: DataFrame, name: str) -> DataFrame:
+        return frame.groupBy(*key).agg(F.count(F.lit(1)).alias(name))
+
+    per_input = (
+        rows(raw, "raw")
+        .join(rows(events, "events"), key, "full")
+        .join(rows(rejected.where(F.col("origin") == DEDUP), "duplicates"), key, "full")
         .fillna(0)
     )
-    bad = per_batch.where(F.col("raw") != F.col("events") + F.col("duplicates"))
-    return _finding(bad, lambda r: f"{r.received_date}: raw {r.raw} != {r.events} + {r.duplicates}")
+    bad = per_input.where(F.col("raw") != F.col("events") + F.col("duplicates"))
+    return _finding(
+        bad,
+        lambda r: (
+            f"{r.received_date} -> {r.event_date}: raw {r.raw} != {r.events} + {r.duplicates}"
+        ),
+    )
 
 
 def unbalanced_snapshot(snapshot: DataFrame) -> Finding:
@@ -136,57 +159,97 @@ def _result(finding: Finding, what: str) -> AssetCheckResult:
     )
 
 
+def _checked_dates(context: AssetCheckExecutionContext) -> list[date] | None:
+    """The partitions the run materialized, or None (the whole table) for a check run alone."""
+    if not (context.has_partition_key or context.has_partition_key_range):
+        return None
+    keys = context.partition_key_range
+    return days_between(date.fromisoformat(keys.start), date.fromisoformat(keys.end))
+
+
 def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
-    def store(lake: LakeResource) -> DeltaStore:
+    def store(context: AssetCheckExecutionContext) -> DeltaStore:
+        lake: LakeResource = context.resources.lake
         return lake.store()
 
-    @asset_check(asset="events", description="Every event id appears once in events.")
-    def unique_event_ids(lake: LakeResource) -> AssetCheckResult:
-        return _result(duplicate_event_ids(store(lake).read(EVENTS)), "duplicated event ids")
+    def sessions_of(context: AssetCheckExecutionContext) -> tuple[DataFrame, list[date] | None]:
+        dates = _checked_dates(context)
+        return store(context).read(SESSIONS, partitions=dates), dates
 
-    @asset_check(asset="sessions", description="No two sessions of a user overlap.")
-    def no_overlapping_sessions(lake: LakeResource) -> AssetCheckResult:
-        return _result(overlapping_sessions(store(lake).read(SESSIONS)), "overlapping sessions")
+    @asset_check(
+        asset="events",
+        required_resource_keys={"lake"},
+        description="Every event id appears once in events.",
+    )
+    def unique_event_ids(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        events = store(context).read(EVENTS, partitions=_checked_dates(context))
+        return _result(duplicate_event_ids(events), "duplicated event ids")
 
     @asset_check(
         asset="sessions",
+        required_resource_keys={"lake"},
+        description="No two sessions of a user overlap.",
+    )
+    def no_overlapping_sessions(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        dates = _checked_dates(context)
+        # A session reaches at most L into the days after its start.
+        reach = math.ceil(settings.max_session_length / timedelta(days=1))
+        around = None if dates is None else days_around(dates, before=reach, after=reach)
+        sessions = store(context).read(SESSIONS, partitions=around)
+        return _result(overlapping_sessions(sessions, dates=dates), "overlapping sessions")
+
+    @asset_check(
+        asset="sessions",
+        required_resource_keys={"lake"},
         description="start <= end, event_count > 0, no session longer than L, date of start.",
     )
-    def sessions_well_formed(lake: LakeResource) -> AssetCheckResult:
-        finding = malformed_sessions(
-            store(lake).read(SESSIONS), max_length=settings.max_session_length
-        )
+    def sessions_well_formed(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        sessions, _ = sessions_of(context)
+        finding = malformed_sessions(sessions, max_length=settings.max_session_length)
         return _result(finding, "malformed sessions")
 
     @asset_check(
         asset="session_quarantine",
+        required_resource_keys={"lake"},
         description="Quarantine rows are exactly the sessions flagged is_quarantined.",
     )
-    def quarantine_matches_flag(lake: LakeResource) -> AssetCheckResult:
-        lake_store = store(lake)
-        finding = quarantine_mismatch(
-            lake_store.read(SESSIONS), lake_store.read(SESSION_QUARANTINE)
-        )
-        return _result(finding, "session ids in one place only")
+    def quarantine_matches_flag(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        sessions, dates = sessions_of(context)
+        quarantine = store(context).read(SESSION_QUARANTINE, partitions=dates)
+        return _result(quarantine_mismatch(sessions, quarantine), "session ids in one place only")
 
     @asset_check(
         asset="events",
-        description="Per batch, lines = events + rejected: each valid line is an event or a "
-        "cross-batch duplicate.",
+        required_resource_keys={"lake"},
+        description="Per batch and event date, lines = events + rejected: each valid line is an "
+        "event or a cross-batch duplicate.",
     )
-    def every_line_accounted(lake: LakeResource) -> AssetCheckResult:
-        lake_store = store(lake)
-        finding = unaccounted_lines(
-            lake_store.read(RAW_EVENTS), lake_store.read(EVENTS), lake_store.read(REJECTED_EVENTS)
-        )
-        return _result(finding, "batches whose rows do not add up")
+    def every_line_accounted(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        lake_store, dates = store(context), _checked_dates(context)
+        if dates is None:
+            raw = lake_store.read(RAW_EVENTS)
+            events = lake_store.read(EVENTS)
+            rejected = lake_store.read(REJECTED_EVENTS)
+        else:
+            # The batches holding events of these dates (from the index), those dates only.
+            index = lake_store.read_arrow(BATCH_EVENT_DATES)
+            held = pc.is_in(index.column("event_date"), value_set=pa.array(dates))
+            batches = sorted(set(index.filter(held).column("received_date").to_pylist()))
+            on_dates = F.col("event_date").isin(dates)
+            raw = lake_store.read(RAW_EVENTS, partitions=batches).where(on_dates)
+            events = lake_store.read(EVENTS, partitions=dates)
+            rejected = lake_store.read(REJECTED_EVENTS, partitions=batches).where(on_dates)
+        finding = unaccounted_lines(raw, events, rejected)
+        return _result(finding, "inputs whose rows do not add up")
 
     @asset_check(
         asset=USER_LIFECYCLE_SNAPSHOT.name,
+        required_resource_keys={"lake"},
         description="Each day has the five states, and users = the day before + entered - exited.",
     )
-    def snapshot_balances(lake: LakeResource) -> AssetCheckResult:
-        finding = unbalanced_snapshot(store(lake).read(USER_LIFECYCLE_SNAPSHOT))
+    def snapshot_balances(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        # Five rows a day: the whole snapshot is cheaper to check than to scope.
+        finding = unbalanced_snapshot(store(context).read(USER_LIFECYCLE_SNAPSHOT))
         return _result(finding, "days or states that do not balance")
 
     return [

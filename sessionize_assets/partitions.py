@@ -60,7 +60,7 @@ def sessions_on_events_mapping(settings: Settings) -> TimeWindowPartitionMapping
     )
 
 
-def _around(days: list[date], *, before: int, after: int) -> set[date]:
+def days_around(days: list[date], *, before: int, after: int) -> set[date]:
     """Every date from `before` days before to `after` days after each of `days`."""
     return {day + timedelta(days=offset) for day in days for offset in range(-before, after + 1)}
 
@@ -68,7 +68,7 @@ def _around(days: list[date], *, before: int, after: int) -> set[date]:
 def event_window(session_dates: list[date], settings: Settings) -> list[date]:
     """Event dates that decide the sessions of `session_dates`."""
     return sorted(
-        _around(
+        days_around(
             session_dates,
             before=session_lookback_days(settings),
             after=session_lookahead_days(settings),
@@ -78,7 +78,7 @@ def event_window(session_dates: list[date], settings: Settings) -> list[date]:
 
 def session_dates_for(event_dates: list[date], settings: Settings) -> list[date]:
     """Session dates whose sessions can change when events on `event_dates` change."""
-    days = _around(
+    days = days_around(
         event_dates,
         before=session_lookahead_days(settings),
         after=session_lookback_days(settings),
