@@ -87,6 +87,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="1,200 users, 10/20/40 days")
     parser.add_argument("--workdir", type=Path, help="keep the zones and lakes here")
+    parser.add_argument(
+        "--driver-memory", default="8g", help="spark.driver.memory (local mode: all of Spark)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.users, args.histories = 1_200, "10,20,40"
@@ -122,7 +125,12 @@ def run_shape(
     print(f"  {zone['lines']:,} lines, {zone['valid']:,} valid events, {zone['late']:,} late")
     work = root / shape
     shutil.rmtree(work, ignore_errors=True)  # a fresh lake and instance on every run
-    settings = Settings(landing_dir=zone_dir, lake_dir=work / "lake", start_date=START)
+    settings = Settings(
+        landing_dir=zone_dir,
+        lake_dir=work / "lake",
+        start_date=START,
+        spark_conf={"spark.driver.memory": args.driver_memory},
+    )
     defs = build_definitions(settings, spark_ui=False)
     (work / "dagster_home").mkdir(parents=True, exist_ok=True)
     instance = DagsterInstance.local_temp(

@@ -5,7 +5,6 @@ daily batch pays for what it wrote, not for the whole history. Run on its own (t
 "Execute checks" on an asset), a check has no partitions and checks the whole table.
 """
 
-
 import math
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -97,8 +97,9 @@ def update_sessions(
     if not whole and not partial:
         return report
     touched = touched.persist(StorageLevel.MEMORY_AND_DISK)
+    pairs = touched.count()
     progress_now = SessionsProgress(events_version=events_version, definition=definition)
-    if not whole and touched.isEmpty():  # nothing in these dates' windows changed
+    if not whole and not pairs:  # nothing in these dates' windows changed
         touched.unpersist()
         record_sessions_progress(store, partitions=partial, progress=progress_now, run_id=run_id)
         report.updated = partial
@@ -126,20 +127,19 @@ def update_sessions(
         events,
         gap=settings.session_gap,
         max_length=settings.max_session_length,
-        session_dates=[*whole, *partial],
+        session_dates=computed,
     )
     sessions = scope.within(sessions).persist(StorageLevel.MEMORY_AND_DISK)
-    old = scope.within(store.read(SESSIONS, partitions=[*whole, *partial]))
+    old = scope.within(store.read(SESSIONS, partitions=computed))
     diff = _diff(old, sessions).persist(StorageLevel.MEMORY_AND_DISK)
     tags = {"dagster_run_id": run_id, "table": SESSIONS.name}
     try:
-        changed = diff.select(*PAIR).distinct()
-        # Whole dates are replaced; elsewhere only the pairs whose rows differ are rewritten.
-        changed_dates = sorted(
-            r.session_date for r in diff.select("session_date").distinct().collect()
-        )
-        files_before = len(store.live_files(SESSIONS, partitions=changed_dates))
+        changes = _summarise(diff)  # evaluates everything above, once
+        changed_dates = sorted(changes)
+        report.files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
         if changed_dates:
+            changed = diff.select(*PAIR).distinct()
+            # Whole dates are replaced; elsewhere only the pairs whose rows differ are rewritten.
             commit = store.rewrite(
                 SESSIONS,
                 partitions=changed_dates,
@@ -156,26 +156,27 @@ def update_sessions(
             )
             report.rows_written = commit.rows_written
             report.files_rewritten = commit.files_removed
-        quarantined = scope.within(quarantine)
+        read = events.agg(
+            F.count(F.lit(1)).alias("events"), F.countDistinct("user_id").alias("users")
+        ).first()
+        flagged = sessions.where("is_quarantined").limit(1).count()
         # Bots are rare: without quarantine rows before or after, there is nothing to write.
-        if store.live_files(SESSION_QUARANTINE, partitions=computed) or not quarantined.isEmpty():
+        if flagged or store.live_files(SESSION_QUARANTINE, partitions=computed):
             store.rewrite(
                 SESSION_QUARANTINE,
                 partitions=computed,
                 drop=F.col("session_date").isin(whole) if whole else None,
                 drop_keys=touched,
-                add=lambda: quarantined,
+                add=lambda: scope.within(quarantine),
                 commit_metadata=tags,
             )
         report.changed = changed_dates
-        report.inserted, report.replaced, report.removed = _change_counts(diff)
-        read = events.agg(
-            F.count(F.lit(1)).alias("events"), F.countDistinct("user_id").alias("users")
-        ).first()
+        report.inserted = sum(c.inserted for c in changes.values())
+        report.replaced = sum(c.replaced for c in changes.values())
+        report.removed = sum(c.removed for c in changes.values())
         report.events_read = read["events"] if read else 0
         report.users_recomputed = read["users"] if read else 0
-        report.pairs_recomputed = touched.count()
-        report.files_total = files_before
+        report.pairs_recomputed = pairs
         report.sessions_version = store.version(SESSIONS)
     finally:
         for frame in (touched, events, sessions, diff):
@@ -270,18 +271,35 @@ def _diff(old: DataFrame, new: DataFrame) -> DataFrame:
     )
 
 
-def _change_counts(diff: DataFrame) -> tuple[int, int, int]:
-    """Sessions (inserted, replaced, removed): a session both removed and added was replaced."""
-    per_session = diff.groupBy("session_id").agg(
+@dataclass(frozen=True)
+class _DateChanges:
+    """Sessions of one date: a session both removed and added was replaced."""
+
+    inserted: int
+    replaced: int
+    removed: int
+
+
+def _summarise(diff: DataFrame) -> dict[date, _DateChanges]:
+    """Per session date with a changed row, how its sessions changed: one Spark job."""
+    added, removed = F.col("added") == 1, F.col("removed") == 1
+    per_session = diff.groupBy("session_date", "session_id").agg(
         F.max((F.col("change") == "added").cast("int")).alias("added"),
         F.max((F.col("change") == "removed").cast("int")).alias("removed"),
     )
-    row = per_session.agg(
-        F.count(F.when((F.col("added") == 1) & (F.col("removed") == 0), 1)).alias("inserted"),
-        F.count(F.when((F.col("added") == 1) & (F.col("removed") == 1), 1)).alias("replaced"),
-        F.count(F.when((F.col("added") == 0) & (F.col("removed") == 1), 1)).alias("removed"),
-    ).first()
-    return (row["inserted"], row["replaced"], row["removed"]) if row else (0, 0, 0)
+    rows = (
+        per_session.groupBy("session_date")
+        .agg(
+            F.count(F.when(added & ~removed, 1)).alias("inserted"),
+            F.count(F.when(added & removed, 1)).alias("replaced"),
+            F.count(F.when(~added & removed, 1)).alias("removed"),
+        )
+        .collect()
+    )
+    return {
+        r.session_date: _DateChanges(inserted=r.inserted, replaced=r.replaced, removed=r.removed)
+        for r in rows
+    }
 
 
 def _changes(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFrame:
