@@ -104,7 +104,8 @@ def main() -> None:
             batches, full = run_shape(root / shape, shape=shape, histories=histories, args=args)
             figures += batches
             recompute[shape] = full
-        report(figures, recompute, histories=histories, users=args.users)
+            # After each shape: a long run that is cut short still leaves its figures.
+            report(figures, recompute, histories=histories, users=args.users)
     finally:
         if args.workdir is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -309,11 +310,14 @@ def report(
                 str(f.history),
                 f"{f.value('raw_events', 'accepted'):,}",
                 f"{f.value('events', 'raw_rows_read'):,}",
+                _looked_up(f, "events", "ids_looked_up", "dates_searched_by_id"),
                 f"{f.value('events', 'events_rows_scanned'):,}",
                 f"{new_events:,}",
                 f"{f.value('events', 'rows_written'):,}",
                 f"{f.value('events', 'files_removed')}",
+                _looked_up(f, "sessions", "users_looked_up", "dates_searched_by_user"),
                 f"{f.value('sessions', 'events_rows_scanned'):,}",
+                f"{f.value('sessions', 'events_read'):,}",
                 f"{f.value('sessions', 'pairs_recomputed'):,}",
                 f"{changed:,}",
                 f"{f.value('sessions', 'rows_written'):,}",
@@ -329,11 +333,14 @@ def report(
                 "history",
                 "batch events",
                 "raw read",
-                "events ids read",
+                "ids looked up",
+                "events rows scanned",
                 "new events",
                 "events written",
                 "events files rewr.",
-                "sessions: events read",
+                "sessions: users looked up",
+                "events rows scanned",
+                "events read",
                 "pairs",
                 "sessions changed",
                 "sessions written",
@@ -358,6 +365,11 @@ def report(
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _looked_up(f: BatchFigures, asset: str, keys: str, dates: str) -> str:
+    """Keys pushed down to Parquet, and over how many dates."""
+    return f"{f.value(asset, keys):,} in {f.value(asset, dates)}d"
 
 
 def _day(n: int) -> date:

@@ -60,6 +60,8 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                 "dates_recomputed": MetadataValue.json([d.isoformat() for d in report.recomputed]),
                 "batches_read": report.batches_read,
                 "raw_rows_read": report.raw_rows_read,
+                "dates_searched_by_id": report.dates_searched_by_id,
+                "ids_looked_up": report.ids_looked_up,
                 "events_rows_scanned": report.events_rows_scanned,
                 "new_events": report.new_events,
                 "displaced": report.displaced,

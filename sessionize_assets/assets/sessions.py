@@ -86,6 +86,8 @@ def build_sessions_assets(
                 "dagster/row_count": sum(report.sessions_by_date.values()),
                 "dagster/uri": MetadataValue.path(store.uri(SESSIONS)),
                 "pairs_recomputed": report.pairs_recomputed,
+                "dates_searched_by_user": report.dates_searched_by_user,
+                "users_looked_up": report.users_looked_up,
                 "events_rows_scanned": report.events_rows_scanned,
                 "events_read": report.events_read,
                 "sessions_inserted": report.inserted,

@@ -15,7 +15,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -163,6 +164,39 @@ class EmbeddedDeltaStore:
         return sorted(
             str(root / unquote(path)) for path, _ in _file_partitions(table, spec, wanted)
         )
+
+    def files_with_values(
+        self,
+        spec: TableSpec,
+        *,
+        column: str,
+        values: Mapping[PartitionValue, Collection[str]],
+        whole: Iterable[PartitionValue] = (),
+    ) -> list[str]:
+        table = self._table(spec)
+        if table is None:
+            return []
+        wanted = {partition_string(p): sorted(set(v)) for p, v in values.items() if v}
+        everything = {partition_string(p) for p in whole}
+        actions = pa.table(table.get_add_actions(flatten=True))
+        partition = _as_strings(actions.column(f"partition.{spec.partition_by}"))
+        keep = pc.is_in(partition, value_set=pa.array(sorted({*wanted, *everything}), pa.string()))
+        actions, partition = actions.filter(keep), partition.filter(keep)
+        lows = _stat(actions, f"min.{column}")
+        highs = _stat(actions, f"max.{column}")
+        found = []
+        for path, value, low, high in zip(
+            actions.column("path").to_pylist(), partition.to_pylist(), lows, highs, strict=True
+        ):
+            if value in everything or low is None or high is None:
+                found.append(path)
+                continue
+            # The first wanted value >= low decides: the file can hold it if it is <= high.
+            candidates = wanted[value]
+            at = bisect_left(candidates, low)
+            if at < len(candidates) and candidates[at] <= high:
+                found.append(path)
+        return sorted(found)
 
     def read_files(self, spec: TableSpec, paths: Iterable[str]) -> DataFrame:
         root = self.path(spec)
@@ -343,6 +377,7 @@ class EmbeddedDeltaStore:
         partitions: Iterable[PartitionValue] | None = None,
         drop: Column | None = None,
         drop_keys: DataFrame | None = None,
+        files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
     ) -> CommitInfo:
         """Copy-on-write at file granularity: drop rows, add rows, one commit.
@@ -358,7 +393,7 @@ class EmbeddedDeltaStore:
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             table = self._table(spec)
             assert table is not None
-            touched, kept = self._touched_files(spec, table, searched, drop, drop_keys)
+            touched, kept = self._touched_files(spec, table, searched, drop, drop_keys, files)
             new_rows = _align(spec, add())
             if kept is not None:
                 new_rows = kept.unionByName(new_rows)
@@ -407,16 +442,19 @@ class EmbeddedDeltaStore:
         searched: list[str] | None,
         drop: Column | None,
         drop_keys: DataFrame | None,
+        files: Collection[str] | None,
     ) -> tuple[list[tuple[str, str, int]], DataFrame | None]:
         """Files of the snapshot holding rows to drop, and those files' rows to keep."""
         if drop is None and drop_keys is None:
             return [], None
         root = self.path(spec)
+        allowed = None if files is None else set(files)
         candidates = {
             str(root / unquote(path)): (path, value, size)
             for path, value, size in _file_partitions(
                 table, spec, None if searched is None else set(searched), sizes=True
             )
+            if allowed is None or path in allowed
         }
         if not candidates:
             return [], None
@@ -450,7 +488,7 @@ class EmbeddedDeltaStore:
             (
                 df.repartition(spec.partition_by)
                 .sortWithinPartitions(spec.partition_by, *spec.sort_by)
-                .write.option("maxRecordsPerFile", spec.file_rows or _MAX_ROWS_PER_FILE)
+                .write.options(**_parquet_options(spec))
                 .partitionBy(spec.partition_by)
                 .parquet(str(staging))
             )
@@ -528,6 +566,16 @@ class EmbeddedDeltaStore:
                 candidate.unlink(missing_ok=True)
 
 
+def _parquet_options(spec: TableSpec) -> dict[str, str]:
+    """Writer options: rows per file, row group size and bloom filters of the spec."""
+    options = {"maxRecordsPerFile": str(spec.file_rows or _MAX_ROWS_PER_FILE)}
+    if spec.row_group_bytes:
+        options["parquet.block.size"] = str(spec.row_group_bytes)
+    for column in spec.bloom_filter_columns:
+        options[f"parquet.bloom.filter.enabled#{column}"] = "true"
+    return options
+
+
 def _commit_info(
     spec: TableSpec, version: int, partitions: Iterable[str], adds: list[AddAction], removed: int
 ) -> CommitInfo:
@@ -557,6 +605,13 @@ def _file_partitions(
     if sizes:
         columns.append(actions.column("size_bytes").to_pylist())
     return list(zip(*columns, strict=True))
+
+
+def _stat(actions: pa.Table, name: str) -> list[Any]:
+    """A column statistic of each file from the log (None where it was not recorded)."""
+    if name not in actions.column_names:
+        return [None] * actions.num_rows
+    return actions.column(name).to_pylist()
 
 
 def _as_strings(values: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -7,7 +7,7 @@ assets only create, read, replace partitions, merge on a key and ask for the ver
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Protocol
@@ -32,6 +32,12 @@ class TableSpec:
     # At most this many rows per file. Files of a partition are then contiguous ranges of
     # `sort_by`, so a copy-on-write change rewrites only the ranges holding changed rows.
     file_rows: int | None = None
+    # Parquet bloom filters on these columns: an `IN (few values)` filter on one of them skips
+    # every row group that cannot hold a value (how a lookup of new ids avoids a scan).
+    bloom_filter_columns: tuple[str, ...] = ()
+    # Parquet row group size: with `sort_by`, a row group is a narrow range of the sort key,
+    # so its min/max statistics skip it for a filter on that key.
+    row_group_bytes: int | None = None
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -42,6 +48,9 @@ class TableSpec:
             raise ValueError(f"{self.name}: duplicate column names")
         if self.file_rows is not None and (self.file_rows < 1 or not self.sort_by):
             raise ValueError(f"{self.name}: file_rows needs a positive count and a sort_by key")
+        unknown = set(self.bloom_filter_columns) - set(names)
+        if unknown:
+            raise ValueError(f"{self.name}: bloom filter columns {sorted(unknown)} not in schema")
 
     @property
     def partition_is_date(self) -> bool:
@@ -151,11 +160,13 @@ class DeltaStore(Protocol):
         partitions: Iterable[PartitionValue] | None = None,
         drop: Column | None = None,
         drop_keys: DataFrame | None = None,
+        files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
     ) -> CommitInfo:
         """Drop matching rows in `partitions` and add `add()`'s rows in one commit.
 
-        Only files holding dropped rows are rewritten; a concurrent change redoes the whole
+        Only files holding dropped rows are rewritten; `files` (relative paths), when given,
+        are the only ones searched for such rows. A concurrent change redoes the whole
         rewrite from a fresh snapshot.
         """
         ...
@@ -180,6 +191,22 @@ class DeltaStore(Protocol):
 
         None when that history is no longer available (log entries or removed files cleaned
         up): the caller must then treat everything as changed.
+        """
+        ...
+
+    def files_with_values(
+        self,
+        spec: TableSpec,
+        *,
+        column: str,
+        values: Mapping[PartitionValue, Collection[str]],
+        whole: Iterable[PartitionValue] = (),
+    ) -> list[str]:
+        """Live files (relative paths) that can hold rows with these values of `column`.
+
+        `values` gives, per partition, the wanted values: a file is kept when the min..max of
+        `column` in its log statistics includes one of them (or it has no statistics). Every
+        file of the `whole` partitions is kept. Read on the driver from the log: no data.
         """
         ...
 

@@ -20,6 +20,8 @@ from sessionize_assets.transforms.lifecycle import SNAPSHOT_SCHEMA, STATE_SCHEMA
 
 # Rows per sessions file: the unit a late event's correction rewrites (see SESSIONS).
 SESSIONS_FILE_ROWS = 500
+# Parquet row group of `events` (sorted by user): about 20,000 rows, a narrow range of users.
+EVENTS_ROW_GROUP_BYTES = 4 * 1024 * 1024
 
 
 def _fields(*columns: tuple[str, DataType, bool, str]) -> StructType:
@@ -124,6 +126,10 @@ EVENTS = TableSpec(
     name="events",
     partition_by="event_date",
     sort_by=("user_id", "event_ts", "event_id"),
+    # The duplicate rule looks up the ids of new copies, and sessions the events of the users
+    # a change touched: both read a few rows of many dates, which these two settings prune.
+    bloom_filter_columns=("event_id",),
+    row_group_bytes=EVENTS_ROW_GROUP_BYTES,
     description="Accepted, deduplicated events by the UTC day they happened.",
     schema=_fields(
         ("event_id", StringType(), False, "Segment messageId"),

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.keyed_reads import KeyedRead, read_by_keys
 from sessionize_assets.pipeline.manifests import (
     Inputs,
     absorbed_inputs,
@@ -57,7 +58,11 @@ class EventsReport:
     recomputed: list[date] = field(default_factory=list)
     batches_read: int = 0
     raw_rows_read: int = 0
-    events_rows_scanned: int = 0  # rows of `events` whose id was read for the duplicate rule
+    # How the duplicate rule found the copies already in `events`: dates with few new ids
+    # are searched by id (Parquet skips row groups), the others read whole (their ids only).
+    dates_searched_by_id: int = 0
+    ids_looked_up: int = 0
+    events_rows_scanned: int = 0  # rows of the dates read whole
     new_events: int = 0  # winners added
     displaced: int = 0  # winners that lost to an earlier-received copy that came later
     duplicates: int = 0  # duplicate rejections added
@@ -96,9 +101,13 @@ def update_events(
     all_inputs: Inputs = {k: v for d in recompute for k, v in available[d].items()}
     tags = {"dagster_run_id": run_id, "table": EVENTS.name}
 
-    report.events_rows_scanned = sum(store.row_counts(EVENTS, partitions=incremental).values())
     arrived = _read_raw(store, spark, new_inputs).persist(StorageLevel.MEMORY_AND_DISK)
-    change = _rank_new_copies(store, arrived, dates=incremental)
+    change = _rank_new_copies(store, arrived)
+    report.dates_searched_by_id = len(change.lookup.searched)
+    report.ids_looked_up = change.lookup.keys_pushed
+    report.events_rows_scanned = sum(
+        store.row_counts(EVENTS, partitions=change.lookup.scanned).values()
+    )
     try:
         counts = change.counts() if new_inputs else (0, 0, 0)
         displaced = change.displaced_keys() if new_inputs else []
@@ -175,6 +184,7 @@ class _NewCopies:
     """New copies ranked against the copies of the same ids already in `events`."""
 
     ranked: DataFrame  # COPY_KEY + is_new + rank, for the ids the new copies carry
+    lookup: KeyedRead  # how the copies already in `events` were found
 
     def counts(self) -> tuple[int, int, int]:
         """(new winners, losing new copies, displaced copies)."""
@@ -209,15 +219,14 @@ def _new_winner() -> Column:
     return F.col("_new") & (F.col("_rank") == 1)
 
 
-def _rank_new_copies(store: DeltaStore, arrived: DataFrame, *, dates: list[date]) -> _NewCopies:
+def _rank_new_copies(store: DeltaStore, arrived: DataFrame) -> _NewCopies:
     ranking = ["event_date", "event_id", *WINNER_ORDER]
-    ids = arrived.select("event_date", "event_id").distinct()
-    # Of `events`, only the ranking columns of the ids that arrived again.
-    present = (
-        store.read(EVENTS, partitions=dates)
-        .select(*ranking)
-        .join(ids, on=["event_date", "event_id"], how="left_semi")
-    )
+    # Of `events`, only the ranking columns of the ids that arrived again, found by id.
+    lookup = read_by_keys(
+        store, EVENTS, wanted=arrived.select("event_date", "event_id"), key="event_id",
+        columns=ranking,
+    )  # fmt: skip
+    present = lookup.rows
     # A copy already in `events` was absorbed by an earlier attempt: it is not new.
     fresh = arrived.select(*ranking).join(
         present.select(*COPY_KEY), on=list(COPY_KEY), how="left_anti"
@@ -230,7 +239,7 @@ def _rank_new_copies(store: DeltaStore, arrived: DataFrame, *, dates: list[date]
         *COPY_KEY, "_new", "_rank"
     )
     outcome = ranked.where(F.col("_new") | (F.col("_rank") > 1))
-    return _NewCopies(outcome.persist(StorageLevel.MEMORY_AND_DISK))
+    return _NewCopies(outcome.persist(StorageLevel.MEMORY_AND_DISK), lookup)
 
 
 def _copies(spark: SparkSession, keys: list[tuple[date, str, date]]) -> DataFrame:

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import event_window
+from sessionize_assets.pipeline.keyed_reads import read_by_keys
 from sessionize_assets.pipeline.manifests import (
     SessionsProgress,
     record_sessions_progress,
@@ -34,6 +35,9 @@ from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.sessions import build_sessions
 
 PAIR = ("user_id", "session_date")
+# Up to this many touched (user, date) pairs come to the driver to choose the sessions files
+# that can hold them; beyond (a large range run), the dates' files are all read.
+PRUNING_PAIRS_LIMIT = 200_000
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
 
 
@@ -52,8 +56,12 @@ class SessionsReport:
     changed: list[date] = field(default_factory=list)  # dates whose sessions rows changed
     pairs_recomputed: int = 0  # (user, date) pairs recomputed outside the whole dates
     users_recomputed: int = 0
-    events_rows_scanned: int = 0  # rows of the `events` partitions read (before the user filter)
-    events_read: int = 0  # of those, the recomputed users' events
+    # How the recomputed users' events were found: partitions with few such users are
+    # searched by user (Parquet skips row groups), the others (and whole dates) read whole.
+    dates_searched_by_user: int = 0
+    users_looked_up: int = 0
+    events_rows_scanned: int = 0  # rows of the `events` partitions read whole
+    events_read: int = 0  # events the sessions were recomputed from
     inserted: int = 0
     replaced: int = 0
     removed: int = 0
@@ -97,7 +105,8 @@ def update_sessions(
     if not whole and not partial:
         return report
     touched = touched.persist(StorageLevel.MEMORY_AND_DISK)
-    pairs = touched.count()
+    by_date = _users_by_date(touched)
+    pairs = touched.count() if by_date is None else sum(map(len, by_date.values()))
     progress_now = SessionsProgress(events_version=events_version, definition=definition)
     if not whole and not pairs:  # nothing in these dates' windows changed
         touched.unpersist()
@@ -106,21 +115,27 @@ def update_sessions(
         return report
     scope = _Scope(whole=whole, pairs=touched)
     computed = sorted([*whole, *partial])
-    window = event_window(computed, settings)
-    report.events_rows_scanned = sum(store.row_counts(EVENTS, partitions=window).values())
-    users = touched.select("user_id").distinct().withColumn("_touched", F.lit(True))
+    columns = ["user_id", "event_ts", "event_id", "event_date"]
+    whole_window = event_window(whole, settings)
+    # Every user's events around whole dates; elsewhere each touched pair's user's events in
+    # that pair's window, found by user (Parquet skips the other users' row groups).
+    wanted = (
+        touched.join(_pair_windows(spark, partial, settings), on="session_date")
+        .where(~F.col("event_date").isin(whole_window))
+        .select("event_date", "user_id")
+        .distinct()
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    lookup = read_by_keys(store, EVENTS, wanted=wanted, key="user_id", columns=columns)
+    report.dates_searched_by_user = len(lookup.searched)
+    report.users_looked_up = lookup.keys_pushed
+    report.events_rows_scanned = sum(
+        store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned]).values()
+    )
     events = (
-        store.read(EVENTS, partitions=window)
-        .select("user_id", "event_ts", "event_id", "event_date")
-        .join(F.broadcast(users), on="user_id", how="left")
-        .where(
-            F.col("event_date").isin(event_window(whole, settings))
-            | (
-                F.col("_touched").isNotNull()
-                & F.col("event_date").isin(event_window(partial, settings))
-            )
-        )
-        .drop("_touched")
+        store.read(EVENTS, partitions=whole_window)
+        .select(*columns)
+        .unionByName(lookup.rows)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     sessions, quarantine = build_sessions(
@@ -130,7 +145,19 @@ def update_sessions(
         session_dates=computed,
     )
     sessions = scope.within(sessions).persist(StorageLevel.MEMORY_AND_DISK)
-    old = scope.within(store.read(SESSIONS, partitions=computed))
+    # The sessions files that can hold the recomputed pairs' old rows, from the log's per-file
+    # user ranges: a few files of each old date instead of all of them.
+    files = (
+        None
+        if by_date is None
+        else store.files_with_values(SESSIONS, column="user_id", values=by_date, whole=whole)
+    )
+    old_rows = (
+        store.read(SESSIONS, partitions=computed)
+        if files is None
+        else store.read_files(SESSIONS, files)
+    )
+    old = scope.within(old_rows)
     diff = _diff(old, sessions).persist(StorageLevel.MEMORY_AND_DISK)
     tags = {"dagster_run_id": run_id, "table": SESSIONS.name}
     try:
@@ -145,6 +172,7 @@ def update_sessions(
                 partitions=changed_dates,
                 drop=F.col("session_date").isin(whole) if whole else None,
                 drop_keys=changed.where(~F.col("session_date").isin(whole)),
+                files=files,
                 add=lambda: sessions.join(changed, on=list(PAIR), how="left_semi"),
                 commit_metadata=tags,
             )
@@ -179,7 +207,7 @@ def update_sessions(
         report.pairs_recomputed = pairs
         report.sessions_version = store.version(SESSIONS)
     finally:
-        for frame in (touched, events, sessions, diff):
+        for frame in (touched, wanted, events, sessions, diff):
             frame.unpersist()
     record_sessions_progress(
         store, partitions=[*whole, *partial], progress=progress_now, run_id=run_id
@@ -189,6 +217,23 @@ def update_sessions(
     report.sessions_by_date = store.row_counts(SESSIONS, partitions=report.updated)
     report.quarantined_by_date = store.row_counts(SESSION_QUARANTINE, partitions=report.updated)
     return report
+
+
+def _users_by_date(touched: DataFrame) -> dict[date, list[str]] | None:
+    """The touched users of each session date, on the driver; None when there are too many."""
+    rows = touched.limit(PRUNING_PAIRS_LIMIT + 1).collect()
+    if len(rows) > PRUNING_PAIRS_LIMIT:
+        return None
+    by_date: dict[date, list[str]] = {}
+    for row in rows:
+        by_date.setdefault(row.session_date, []).append(row.user_id)
+    return by_date
+
+
+def _pair_windows(spark: SparkSession, session_dates: list[date], settings: Settings) -> DataFrame:
+    """(session_date, event_date): the event dates that decide each session date."""
+    rows = [(d, e) for d in session_dates for e in event_window([d], settings)]
+    return spark.createDataFrame(rows, "session_date date, event_date date").hint("broadcast")
 
 
 @dataclass(frozen=True)

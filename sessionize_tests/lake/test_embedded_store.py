@@ -332,3 +332,47 @@ def test_changes_list_the_files_each_commit_added_and_removed(spark, store):
     for path in old:
         Path(path).unlink()
     assert store.changes(SPEC, since_version=first, through_version=last) is None
+
+
+def test_files_with_values_keeps_the_files_whose_range_can_hold_a_value(spark, store):
+    data = rows(*((f"user-{i:02d}", D1, i % 24) for i in range(40)), ("user-00", D2, 1))
+    store.replace_partitions(RANGED, frame(spark, data), partitions=[D1, D2])
+    holding = {
+        r.id: unquote(r.path.split(f"{RANGED.name}/", 1)[1])
+        for r in store.read(RANGED)
+        .where(F.col("day") == D1)
+        .withColumn("path", F.col("_metadata.file_path"))
+        .collect()
+    }
+    found = store.files_with_values(RANGED, column="id", values={D1: ["user-13", "user-37"]})
+    assert sorted(found) == sorted({holding["user-13"], holding["user-37"]})
+    assert store.files_with_values(RANGED, column="id", values={D1: ["nobody"]}) == []
+    whole = store.files_with_values(RANGED, column="id", values={}, whole=[D2])
+    assert len(whole) == 1 and whole[0].startswith("day=2026-01-02/")
+
+    # A rewrite told which files to search leaves every other file alone.
+    info = store.rewrite(
+        RANGED,
+        partitions=[D1],
+        drop_keys=spark.createDataFrame([("user-13",)], "id string"),
+        files=found,
+        add=lambda: frame(spark, []),
+    )
+    assert info.files_removed == 1
+    assert store.read(RANGED).where(F.col("id") == "user-13").count() == 0
+
+
+def test_bloom_filter_columns_are_written(spark, store):
+    import pyarrow.parquet as pq
+
+    bloomed = TableSpec(
+        name="bloomed", schema=SCHEMA, partition_by="day", bloom_filter_columns=("id",)
+    )
+    store.replace_partitions(bloomed, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    (path,) = store.live_files(bloomed)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    offsets = {
+        group.column(i).path_in_schema: group.column(i).to_dict()["bloom_filter_offset"]
+        for i in range(group.num_columns)
+    }
+    assert offsets["id"] is not None and offsets["note"] is None

@@ -1,0 +1,77 @@
+"""Reading a few rows of many partitions: the keys of a change, pushed down to Parquet.
+
+A late batch adds a handful of events to many old dates. The duplicate rule must find the
+copies of those few ids already in `events`, and sessions need the events of the few users a
+change touched; reading those dates whole would cost what the history holds, not what
+changed. So, per partition: with few wanted keys, the keys go to the Parquet reader as
+`key IN (...)`, where row group statistics (`events` is sorted by user) and bloom filters (on
+`event_id`) skip every row group that cannot hold one of them; with many (today's date), the
+partition is read whole. Either way the rows are then matched exactly on (partition, key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.store import DeltaStore, TableSpec
+
+# A partition with more wanted keys than this is read whole: an IN list that long would
+# keep most row groups anyway, and it is planned and checked row group by row group.
+PUSHED_KEYS_PER_PARTITION = 1_000
+# The longest IN list one read pushes down (it is shared by the partitions it covers).
+PUSHED_KEYS_TOTAL = 20_000
+
+
+@dataclass(frozen=True)
+class KeyedRead:
+    """Rows found, and how: the partitions searched by key and those read whole."""
+
+    rows: DataFrame
+    searched: list[str]  # partitions read with the keys pushed down
+    keys_pushed: int
+    scanned: list[str]  # partitions read whole
+
+
+def read_by_keys(
+    store: DeltaStore, spec: TableSpec, *, wanted: DataFrame, key: str, columns: list[str]
+) -> KeyedRead:
+    """The rows (`columns`) of `spec` whose (partition column, `key`) is a row of `wanted`.
+
+    `wanted` holds those two columns; persist it, it is read three times. `columns` must
+    include both. Two small Spark jobs bring the per-partition key counts and the pushed keys
+    to the driver: both are bounded by the change (and by PUSHED_KEYS_TOTAL).
+    """
+    part = spec.partition_by
+    wanted = wanted.select(part, key).distinct()
+    counts = wanted.groupBy(part).count().collect()
+    searched, budget = [], PUSHED_KEYS_TOTAL
+    for row in sorted(counts, key=lambda r: (r["count"], r[part])):
+        if row["count"] <= min(PUSHED_KEYS_PER_PARTITION, budget):
+            searched.append(row[part])
+            budget -= row["count"]
+    scanned = sorted({row[part] for row in counts} - set(searched))
+    frames, keys = [], []
+    if searched:
+        keys = sorted(
+            {r[0] for r in wanted.where(F.col(part).isin(searched)).select(key).collect()}
+        )
+        frames.append(
+            store.read(spec, partitions=searched).select(*columns).where(F.col(key).isin(keys))
+        )
+    if scanned:
+        frames.append(store.read(spec, partitions=scanned).select(*columns))
+    if not frames:
+        rows = store.read(spec, partitions=[]).select(*columns)
+    else:
+        found = reduce(DataFrame.unionByName, frames)
+        rows = found.join(wanted, on=[part, key], how="left_semi")
+    return KeyedRead(
+        rows=rows,
+        searched=sorted(str(v) for v in searched),
+        keys_pushed=len(keys),
+        scanned=[str(v) for v in scanned],
+    )
