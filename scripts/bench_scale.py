@@ -101,7 +101,7 @@ def main() -> None:
     try:
         figures, recompute = [], {}
         for shape in shapes:
-            batches, full = run_shape(root / shape, shape=shape, histories=histories, args=args)
+            batches, full = run_shape(root, shape=shape, histories=histories, args=args)
             figures += batches
             recompute[shape] = full
             # After each shape: a long run that is cut short still leaves its figures.
