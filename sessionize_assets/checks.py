@@ -1,8 +1,9 @@
 """Asset checks: the SPEC's invariants, verified on the Delta tables as they are.
 
-A check that runs with a materialization checks the partitions that run materialized, so a
-daily batch pays for what it wrote, not for the whole history. Run on its own (the UI's
-"Execute checks" on an asset), a check has no partitions and checks the whole table.
+A check that runs with a materialization checks the partitions that run wrote to (the Delta
+log says which: commits carry the run id), so a daily batch pays for what it changed, not for
+the history or the whole span of its range run. Run on its own (the UI's "Execute checks" on
+an asset), a check has no partitions and checks the whole table.
 """
 
 import math
@@ -22,7 +23,7 @@ from dagster import (
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import (
     BATCH_EVENT_DATES,
     EVENTS,
@@ -158,10 +159,41 @@ def _result(finding: Finding, what: str) -> AssetCheckResult:
     )
 
 
-def _checked_dates(context: AssetCheckExecutionContext) -> list[date] | None:
-    """The partitions the run materialized, or None (the whole table) for a check run alone."""
+# A run commits to a table a few times, so its commits are among the table's latest ones.
+_RECENT_COMMITS = 50
+
+
+def _written_dates(
+    store: DeltaStore, specs: tuple[TableSpec, ...], run_id: str
+) -> set[date] | None:
+    """Partitions in which this run's commits to these tables added or removed files.
+
+    From the Delta log (commits carry the run id): proportional to what the run wrote. None
+    when the files of such a commit are no longer known.
+    """
+    dates: set[date] = set()
+    for spec in specs:
+        for commit in store.history(spec, limit=_RECENT_COMMITS):
+            if commit.get("dagster_run_id") != run_id:
+                continue
+            version = int(commit["version"])
+            changes = store.changes(spec, since_version=version - 1, through_version=version)
+            if changes is None:
+                return None
+            dates |= {date.fromisoformat(change.partition) for change in changes}
+    return dates
+
+
+def _checked_dates(
+    context: AssetCheckExecutionContext, store: DeltaStore, *written: TableSpec
+) -> list[date] | None:
+    """What a check covers: None (the whole table) for a check run alone; in a run that wrote
+    to the `written` tables, the partitions it wrote; otherwise the run's partitions."""
     if not (context.has_partition_key or context.has_partition_key_range):
         return None
+    dates = _written_dates(store, written, context.run.run_id)
+    if dates:
+        return sorted(dates)
     keys = context.partition_key_range
     return days_between(date.fromisoformat(keys.start), date.fromisoformat(keys.end))
 
@@ -171,9 +203,12 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         lake: LakeResource = context.resources.lake
         return lake.store()
 
-    def sessions_of(context: AssetCheckExecutionContext) -> tuple[DataFrame, list[date] | None]:
-        dates = _checked_dates(context)
-        return store(context).read(SESSIONS, partitions=dates), dates
+    def sessions_of(
+        context: AssetCheckExecutionContext, *written: TableSpec
+    ) -> tuple[DataFrame, list[date] | None]:
+        lake_store = store(context)
+        dates = _checked_dates(context, lake_store, *written)
+        return lake_store.read(SESSIONS, partitions=dates), dates
 
     @asset_check(
         asset="events",
@@ -181,7 +216,8 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         description="Every event id appears once in events.",
     )
     def unique_event_ids(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        events = store(context).read(EVENTS, partitions=_checked_dates(context))
+        lake_store = store(context)
+        events = lake_store.read(EVENTS, partitions=_checked_dates(context, lake_store, EVENTS))
         return _result(duplicate_event_ids(events), "duplicated event ids")
 
     @asset_check(
@@ -190,11 +226,12 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         description="No two sessions of a user overlap.",
     )
     def no_overlapping_sessions(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        dates = _checked_dates(context)
+        lake_store = store(context)
+        dates = _checked_dates(context, lake_store, SESSIONS)
         # A session reaches at most L into the days after its start.
         reach = math.ceil(settings.max_session_length / timedelta(days=1))
         around = None if dates is None else days_around(dates, before=reach, after=reach)
-        sessions = store(context).read(SESSIONS, partitions=around)
+        sessions = lake_store.read(SESSIONS, partitions=around)
         return _result(overlapping_sessions(sessions, dates=dates), "overlapping sessions")
 
     @asset_check(
@@ -203,7 +240,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         description="start <= end, event_count > 0, no session longer than L, date of start.",
     )
     def sessions_well_formed(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        sessions, _ = sessions_of(context)
+        sessions, _ = sessions_of(context, SESSIONS)
         finding = malformed_sessions(sessions, max_length=settings.max_session_length)
         return _result(finding, "malformed sessions")
 
@@ -213,7 +250,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         description="Quarantine rows are exactly the sessions flagged is_quarantined.",
     )
     def quarantine_matches_flag(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        sessions, dates = sessions_of(context)
+        sessions, dates = sessions_of(context, SESSIONS, SESSION_QUARANTINE)
         quarantine = store(context).read(SESSION_QUARANTINE, partitions=dates)
         return _result(quarantine_mismatch(sessions, quarantine), "session ids in one place only")
 
@@ -224,7 +261,8 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         "event or a cross-batch duplicate.",
     )
     def every_line_accounted(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        lake_store, dates = store(context), _checked_dates(context)
+        lake_store = store(context)
+        dates = _checked_dates(context, lake_store, EVENTS)
         if dates is None:
             raw = lake_store.read(RAW_EVENTS)
             events = lake_store.read(EVENTS)

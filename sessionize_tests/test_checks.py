@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import date, datetime, timedelta
 
 from pyspark.sql import functions as F
@@ -166,7 +167,17 @@ def test_a_partition_run_checks_its_partitions_and_a_check_run_alone_the_whole_t
         (evaluation,) = result.get_asset_check_evaluations()
         return evaluation.passed
 
+    span = {RANGE_START: clean.isoformat(), RANGE_END: dirty.isoformat()}
     assert passed(tags={PARTITION_TAG: clean.isoformat()})
     assert not passed(tags={PARTITION_TAG: dirty.isoformat()})
-    assert not passed(tags={RANGE_START: clean.isoformat(), RANGE_END: dirty.isoformat()})
+    assert not passed(tags=span)
     assert not passed()
+    # A run that wrote to `events` checks what it wrote, not the whole span of its range.
+    run_id = str(uuid.uuid4())
+    store.replace_partitions(
+        EVENTS,
+        spark.createDataFrame([event("a", clean), event("c", clean)], EVENTS.schema),
+        partitions=[clean],
+        commit_metadata={"dagster_run_id": run_id},
+    )
+    assert passed(tags=span, run_id=run_id)
