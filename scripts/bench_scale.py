@@ -43,6 +43,7 @@ from sessionize_assets.definitions import (
     EVENTS_JOB,
     INGEST_JOB,
     LIFECYCLE_JOB,
+    REBUILD_CONFIG,
     REBUILD_JOB,
     SESSIONS_JOB,
     build_definitions,
@@ -160,7 +161,9 @@ def run_shape(
         done = history + 1
     full: dict[str, float] = {}
     with _timed(f"[{shape}] full recompute through {REBUILD_JOB}"):
-        run = _range(defs, instance, REBUILD_JOB, START, _last_event_date(store))
+        run = _range(
+            defs, instance, REBUILD_JOB, START, _last_event_date(store), config=REBUILD_CONFIG
+        )
         full.update(_step_seconds(instance, run))
     with _timed(f"[{shape}] bare PySpark floor"):
         full["floor"] = bare_sessionization(spark, store, settings, work / "floor")
@@ -377,11 +380,19 @@ def _day(n: int) -> date:
     return START + timedelta(days=n - 1)
 
 
-def _range(defs: Any, instance: DagsterInstance, job_name: str, first: date, last: date) -> str:
+def _range(
+    defs: Any,
+    instance: DagsterInstance,
+    job_name: str,
+    first: date,
+    last: date,
+    *,
+    config: dict[str, Any] | None = None,
+) -> str:
     job = defs.resolve_job_def(job_name)
     result = job.execute_in_process(
         instance=instance,
-        run_config=QUIET,
+        run_config={**QUIET, **(config or {})},
         tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
         raise_on_error=True,
     )

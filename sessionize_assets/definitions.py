@@ -37,6 +37,11 @@ CHECKS_JOB = "checks_job"
 REBUILD_JOB = "rebuild_job"
 AUTOMATION_SENSOR = "sessions_automation"
 SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
+# rebuild_job's run config. A caller that passes its own run config (logging, say) must merge
+# this in: Dagster drops a job's default config when a partitioned run is given any.
+REBUILD_CONFIG = {
+    "ops": {name: {"config": {"full_refresh": True}} for name in ("events", "sessionize")}
+}
 LIFECYCLE_ASSETS = ("user_lifecycle_state", "user_lifecycle_snapshot")
 
 
@@ -79,12 +84,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 REBUILD_JOB,
                 selection=AssetSelection.assets("events", *SESSION_ASSETS).without_checks(),
                 description="Recompute events and sessions of the selected days from raw_events.",
-                config={
-                    "ops": {
-                        name: {"config": {"full_refresh": True}}
-                        for name in ("events", "sessionize")
-                    }
-                },
+                config=REBUILD_CONFIG,
             ),
         ],
         asset_checks=build_checks(settings=settings),

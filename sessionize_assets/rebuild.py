@@ -12,7 +12,12 @@ from datetime import date
 
 from dagster import AssetKey, DagsterInstance
 
-from sessionize_assets.definitions import LIFECYCLE_JOB, REBUILD_JOB, build_definitions
+from sessionize_assets.definitions import (
+    LIFECYCLE_JOB,
+    REBUILD_CONFIG,
+    REBUILD_JOB,
+    build_definitions,
+)
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
 from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
 from sessionize_assets.replay import QUIET
@@ -40,19 +45,28 @@ def rebuild(
     echo(f"rebuilding events and sessions for {first}..{last} from raw_events")
     result = defs.resolve_job_def(REBUILD_JOB).execute_in_process(
         instance=instance,
-        run_config=QUIET,
+        run_config={**QUIET, **REBUILD_CONFIG},
         raise_on_error=False,
         tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
     )
     if not result.success:
         echo(f"rebuild run {result.run_id} failed: see it in the Dagster UI")
         return False
-    changed = [
-        date.fromisoformat(day)
-        for event in result.get_asset_materialization_events()
-        if event.asset_key == AssetKey("sessions")
-        for day in event.materialization.metadata["dates_changed"].value  # type: ignore[union-attr]
-    ]
+
+    def dates(asset: str, key: str) -> list[date]:
+        days = {
+            date.fromisoformat(day)
+            for event in result.get_asset_materialization_events()
+            if event.asset_key == AssetKey(asset)
+            for day in event.materialization.metadata[key].value  # type: ignore[union-attr]
+        }
+        return sorted(days)
+
+    echo(
+        f"recomputed {len(dates('events', 'dates_recomputed'))} event days and "
+        f"{len(dates('sessions', 'dates_recomputed'))} session days"
+    )
+    changed = dates("sessions", "dates_changed")
     echo(f"sessions changed on {len(changed)} days")
     received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]
     snapshot = [date.fromisoformat(k) for k in instance.get_materialized_partitions(SNAPSHOT_KEY)]

@@ -132,6 +132,8 @@ def test_rebuild_from_raw_changes_nothing(replayed, spark):
     lines: list[str] = []
     with instance_for_test() as instance:
         assert rebuild(settings=settings, instance=instance, echo=lines.append)
+    days = (max(date.fromisoformat(d) for d in store.row_counts(EVENTS)) - START).days + 1
+    assert f"recomputed {days} event days and {days} session days" in lines
     assert "sessions changed on 0 days" in lines
     assert store.read(SESSION_CHANGES).count() == logged
     test_tables_equal_the_full_recompute(replayed, spark)

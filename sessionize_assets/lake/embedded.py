@@ -15,7 +15,6 @@ import os
 import shutil
 import time
 import uuid
-from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.log_files import as_strings, file_partitions, files_in_range
 from sessionize_assets.lake.parquet_files import file_stats, stage_arrow
 from sessionize_assets.lake.store import (
     CommitInfo,
@@ -161,9 +161,7 @@ class EmbeddedDeltaStore:
         if wanted is not None and not wanted:
             return []
         root = self.path(spec)
-        return sorted(
-            str(root / unquote(path)) for path, _ in _file_partitions(table, spec, wanted)
-        )
+        return sorted(str(root / unquote(path)) for path, _ in file_partitions(table, spec, wanted))
 
     def files_with_values(
         self,
@@ -176,27 +174,13 @@ class EmbeddedDeltaStore:
         table = self._table(spec)
         if table is None:
             return []
-        wanted = {partition_string(p): sorted(set(v)) for p, v in values.items() if v}
-        everything = {partition_string(p) for p in whole}
-        actions = pa.table(table.get_add_actions(flatten=True))
-        partition = _as_strings(actions.column(f"partition.{spec.partition_by}"))
-        keep = pc.is_in(partition, value_set=pa.array(sorted({*wanted, *everything}), pa.string()))
-        actions, partition = actions.filter(keep), partition.filter(keep)
-        lows = _stat(actions, f"min.{column}")
-        highs = _stat(actions, f"max.{column}")
-        found = []
-        for path, value, low, high in zip(
-            actions.column("path").to_pylist(), partition.to_pylist(), lows, highs, strict=True
-        ):
-            if value in everything or low is None or high is None:
-                found.append(path)
-                continue
-            # The first wanted value >= low decides: the file can hold it if it is <= high.
-            candidates = wanted[value]
-            at = bisect_left(candidates, low)
-            if at < len(candidates) and candidates[at] <= high:
-                found.append(path)
-        return sorted(found)
+        return files_in_range(
+            table,
+            spec,
+            column=column,
+            values={partition_string(p): v for p, v in values.items()},
+            whole={partition_string(p) for p in whole},
+        )
 
     def read_files(self, spec: TableSpec, paths: Iterable[str]) -> DataFrame:
         root = self.path(spec)
@@ -246,7 +230,7 @@ class EmbeddedDeltaStore:
             return {}
         wanted = None if partitions is None else {partition_string(p) for p in partitions}
         actions = pa.table(table.get_add_actions(flatten=True))
-        values = _as_strings(actions.column(f"partition.{spec.partition_by}"))
+        values = as_strings(actions.column(f"partition.{spec.partition_by}"))
         rows = pa.table({"value": values, "rows": pc.fill_null(actions.column("num_records"), 0)})
         if wanted is not None:
             allowed = pa.array(sorted(wanted), type=pa.string())
@@ -264,7 +248,7 @@ class EmbeddedDeltaStore:
         table = self._table(spec)
         if table is None:
             return []
-        return sorted({value for _, value in _file_partitions(table, spec, None)})
+        return sorted({value for _, value in file_partitions(table, spec, None)})
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -451,7 +435,7 @@ class EmbeddedDeltaStore:
         allowed = None if files is None else set(files)
         candidates = {
             str(root / unquote(path)): (path, value, size)
-            for path, value, size in _file_partitions(
+            for path, value, size in file_partitions(
                 table, spec, None if searched is None else set(searched), sizes=True
             )
             if allowed is None or path in allowed
@@ -587,36 +571,6 @@ def _commit_info(
         files_removed=removed,
         rows_written=sum(json.loads(a.stats)["numRecords"] for a in adds),
     )
-
-
-def _file_partitions(
-    table: DeltaTable, spec: TableSpec, wanted: set[str] | None, *, sizes: bool = False
-) -> list[tuple]:
-    """(path, partition value[, size]) of the live files in `wanted` partitions (None: all).
-
-    The log's file list is filtered in Arrow: only the selected files become Python objects.
-    """
-    actions = pa.table(table.get_add_actions(flatten=True))
-    values = _as_strings(actions.column(f"partition.{spec.partition_by}"))
-    if wanted is not None:
-        keep = pc.is_in(values, value_set=pa.array(sorted(wanted), type=pa.string()))
-        actions, values = actions.filter(keep), values.filter(keep)
-    columns = [actions.column("path").to_pylist(), values.to_pylist()]
-    if sizes:
-        columns.append(actions.column("size_bytes").to_pylist())
-    return list(zip(*columns, strict=True))
-
-
-def _stat(actions: pa.Table, name: str) -> list[Any]:
-    """A column statistic of each file from the log (None where it was not recorded)."""
-    if name not in actions.column_names:
-        return [None] * actions.num_rows
-    return actions.column(name).to_pylist()
-
-
-def _as_strings(values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Partition values as Delta writes them (dates as ISO strings)."""
-    return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
 
 
 def _align(spec: TableSpec, df: DataFrame) -> DataFrame:

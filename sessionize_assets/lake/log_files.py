@@ -1,0 +1,79 @@
+"""The live files of a Delta table, from its log, filtered in Arrow on the driver.
+
+Only the selected files become Python objects: listing a few partitions of a table with
+thousands of files costs what is selected, not the table.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from sessionize_assets.lake.store import TableSpec
+
+
+def file_partitions(
+    table: DeltaTable, spec: TableSpec, wanted: set[str] | None, *, sizes: bool = False
+) -> list[tuple]:
+    """(path, partition value[, size]) of the live files in `wanted` partitions (None: all).
+
+    The log's file list is filtered in Arrow: only the selected files become Python objects.
+    """
+    actions = pa.table(table.get_add_actions(flatten=True))
+    values = as_strings(actions.column(f"partition.{spec.partition_by}"))
+    if wanted is not None:
+        keep = pc.is_in(values, value_set=pa.array(sorted(wanted), type=pa.string()))
+        actions, values = actions.filter(keep), values.filter(keep)
+    columns = [actions.column("path").to_pylist(), values.to_pylist()]
+    if sizes:
+        columns.append(actions.column("size_bytes").to_pylist())
+    return list(zip(*columns, strict=True))
+
+
+def _stat(actions: pa.Table, name: str) -> list[Any]:
+    """A column statistic of each file from the log (None where it was not recorded)."""
+    if name not in actions.column_names:
+        return [None] * actions.num_rows
+    return actions.column(name).to_pylist()
+
+
+def as_strings(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Partition values as Delta writes them (dates as ISO strings)."""
+    return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
+
+
+def files_in_range(
+    table: DeltaTable,
+    spec: TableSpec,
+    *,
+    column: str,
+    values: Mapping[str, Collection[str]],
+    whole: set[str],
+) -> list[str]:
+    """Files (relative paths) of `values`' partitions whose min..max of `column` can hold one
+    of that partition's values (or that have no statistics), and every file of `whole`."""
+    wanted = {partition: sorted(set(v)) for partition, v in values.items() if v}
+    actions = pa.table(table.get_add_actions(flatten=True))
+    partition = as_strings(actions.column(f"partition.{spec.partition_by}"))
+    keep = pc.is_in(partition, value_set=pa.array(sorted({*wanted, *whole}), pa.string()))
+    actions, partition = actions.filter(keep), partition.filter(keep)
+    lows = _stat(actions, f"min.{column}")
+    highs = _stat(actions, f"max.{column}")
+    found = []
+    for path, value, low, high in zip(
+        actions.column("path").to_pylist(), partition.to_pylist(), lows, highs, strict=True
+    ):
+        if value in whole or low is None or high is None:
+            found.append(path)
+            continue
+        # The first wanted value >= low decides: the file can hold it if it is <= high.
+        candidates = wanted[value]
+        at = bisect_left(candidates, low)
+        if at < len(candidates) and candidates[at] <= high:
+            found.append(path)
+    return sorted(found)
