@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -25,7 +23,6 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import (
-    BATCH_EVENT_DATES,
     EVENTS,
     RAW_EVENTS,
     REJECTED_EVENTS,
@@ -34,6 +31,7 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_SNAPSHOT,
 )
 from sessionize_assets.partitions import days_around, days_between
+from sessionize_assets.pipeline.manifests import batch_inputs
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import STATES
@@ -269,9 +267,8 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             rejected = lake_store.read(REJECTED_EVENTS)
         else:
             # The batches holding events of these dates (from the index), those dates only.
-            index = lake_store.read_arrow(BATCH_EVENT_DATES)
-            held = pc.is_in(index.column("event_date"), value_set=pa.array(dates))
-            batches = sorted(set(index.filter(held).column("received_date").to_pylist()))
+            inputs = batch_inputs(lake_store, dates).values()
+            batches = sorted({received for held in inputs for _, received in held})
             on_dates = F.col("event_date").isin(dates)
             raw = lake_store.read(RAW_EVENTS, partitions=batches).where(on_dates)
             events = lake_store.read(EVENTS, partitions=dates)

@@ -222,10 +222,8 @@ def _new_winner() -> Column:
 def _rank_new_copies(store: DeltaStore, arrived: DataFrame) -> _NewCopies:
     ranking = ["event_date", "event_id", *WINNER_ORDER]
     # Of `events`, only the ranking columns of the ids that arrived again, found by id.
-    lookup = read_by_keys(
-        store, EVENTS, wanted=arrived.select("event_date", "event_id"), key="event_id",
-        columns=ranking,
-    )  # fmt: skip
+    wanted = arrived.select("event_date", "event_id")
+    lookup = read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=ranking)
     present = lookup.rows
     # A copy already in `events` was absorbed by an earlier attempt: it is not new.
     fresh = arrived.select(*ranking).join(
