@@ -7,7 +7,7 @@ from datetime import date, datetime, timedelta
 
 from pyspark.sql import functions as F
 
-from sessionize_assets.checks import (
+from sessionize_assets.checks.rules import (
     duplicate_event_ids,
     malformed_sessions,
     overlapping_sessions,
@@ -181,3 +181,113 @@ def test_a_partition_run_checks_its_partitions_and_a_check_run_alone_the_whole_t
         commit_metadata={"dagster_run_id": run_id},
     )
     assert passed(tags=span, run_id=run_id)
+
+
+def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, settings, store):
+    """In a materialization run each check reads the rows the run wrote and their neighbours
+    (found by key), so a violation the run made fails it, and one elsewhere is not read."""
+    from dagster import (
+        AssetCheckKey,
+        AssetKey,
+        AssetSelection,
+        Definitions,
+        define_asset_job,
+        instance_for_test,
+    )
+
+    from sessionize_assets.definitions import build_definitions
+    from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
+    from sessionize_assets.partitions import RANGE_END, RANGE_START
+
+    day, before, far = D, D - timedelta(days=1), D + timedelta(days=5)
+    checks = {
+        "unique_event_ids": "events",
+        "no_overlapping_sessions": "sessions",
+        "sessions_well_formed": "sessions",
+        "quarantine_matches_flag": "session_quarantine",
+    }
+    selection = AssetSelection.checks(
+        *(AssetCheckKey(AssetKey(asset), name) for name, asset in checks.items())
+    )
+    job = Definitions.merge(
+        build_definitions(settings, spark_ui=False),
+        Definitions(jobs=[define_asset_job("checks", selection=selection)]),
+    ).resolve_job_def("checks")
+    span = {RANGE_START: before.isoformat(), RANGE_END: far.isoformat()}
+
+    def failed(*commits) -> set[str]:
+        """Checks that fail in a run whose writes are `commits`."""
+        run_id = str(uuid.uuid4())
+        for commit in commits:
+            commit({"dagster_run_id": run_id})
+        with instance_for_test() as instance:
+            result = job.execute_in_process(
+                instance=instance, raise_on_error=False, tags=span, run_id=run_id
+            )
+        evaluations = result.get_asset_check_evaluations()
+        assert {e.check_name for e in evaluations} == set(checks)
+        return {e.check_name for e in evaluations if not e.passed}
+
+    def row(sid, user, day, start, hours, flagged=False):
+        at = datetime(day.year, day.month, day.day, *start)
+        return (sid, user, day, at, at + timedelta(hours=hours), hours * 3600.0, 2, 1, flagged)
+
+    def sessions(*rows):
+        return spark.createDataFrame(list(rows), SESSIONS.schema)
+
+    def quarantined(sid, user, day):
+        at = datetime(day.year, day.month, day.day, 1)
+        cap = at + timedelta(hours=24)
+        row = (sid, user, day, at, cap, cap, 1, "exceeds_max_session_length")
+        return spark.createDataFrame([row], SESSION_QUARANTINE.schema)
+
+    def events(*ids):
+        at = datetime(day.year, day.month, day.day, 12)
+        common = {"user_id": "u", "event_ts": at, "event_date": day, "received_at": at}
+        rows = [{"event_id": i, "received_date": day, "source_file": "f", **common} for i in ids]
+        return spark.createDataFrame(rows, EVENTS.schema)
+
+    # History: u's evening session runs past midnight; w's two sessions far away overlap (an
+    # old violation that no run below writes near); a bot session and its quarantine row.
+    store.replace_partitions(
+        SESSIONS,
+        sessions(
+            row("s0", "u", before, (23, 0), 2),
+            row("b1", "bot", day, (1, 0), 20, flagged=True),
+            row("w1", "w", far, (8, 0), 2),
+            row("w2", "w", far, (9, 0), 2),
+        ),
+        partitions=[before, day, far],
+    )
+    store.replace_partitions(SESSION_QUARANTINE, quarantined("b1", "bot", day), partitions=[day])
+    store.replace_partitions(EVENTS, events("a"), partitions=[day])
+
+    def add(spec, frame):
+        return lambda tags: store.rewrite(spec, add=lambda: frame, commit_metadata=tags)
+
+    harmless = add(SESSIONS, sessions(row("v1", "v", day, (8, 0), 1)))
+    assert failed(harmless, add(EVENTS, events("b"))) == set()
+    # u's new session starts before the evening session of the day before has ended.
+    assert failed(add(SESSIONS, sessions(row("s1", "u", day, (0, 30), 1)))) == {
+        "no_overlapping_sessions"
+    }
+    assert failed(add(SESSIONS, sessions(row("x1", "x", day, (8, 0), 30)))) == {
+        "sessions_well_formed"
+    }
+    assert failed(add(SESSIONS, sessions(row("y1", "y", day, (8, 0), 1, flagged=True)))) == {
+        "quarantine_matches_flag"
+    }
+
+    def unlist_bot(tags):
+        store.rewrite(
+            SESSION_QUARANTINE,
+            partitions=[day],
+            drop=F.col("session_id") == "b1",
+            add=lambda: quarantined("b1", "bot", day).limit(0),
+            commit_metadata=tags,
+        )
+
+    harmless = add(SESSIONS, sessions(row("v2", "v", far, (8, 0), 1)))
+    assert failed(harmless, unlist_bot) == {"quarantine_matches_flag"}
+    harmless = add(SESSIONS, sessions(row("v3", "v", far, (12, 0), 1)))
+    assert failed(harmless, add(EVENTS, events("a"))) == {"unique_event_ids"}

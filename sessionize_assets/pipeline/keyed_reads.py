@@ -12,6 +12,7 @@ partition is read whole. Either way the rows are then matched exactly on (partit
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from functools import reduce
 
 from pyspark.sql import DataFrame
@@ -75,3 +76,18 @@ def read_by_keys(
         keys_pushed=len(keys),
         scanned=[str(v) for v in scanned],
     )
+
+
+def keys_by_partition(
+    pairs: DataFrame, *, partition: str, key: str, limit: int
+) -> dict[date, list[str]] | None:
+    """The distinct `key` values of each `partition` value, on the driver, to choose files by
+    their log statistics (`DeltaStore.files_with_values`); None when there are more than
+    `limit` pairs (the caller then reads the partitions whole)."""
+    rows = pairs.select(partition, key).distinct().limit(limit + 1).collect()
+    if len(rows) > limit:
+        return None
+    found: dict[date, list[str]] = {}
+    for row in sorted(rows, key=lambda r: (r[0], r[1])):
+        found.setdefault(row[0], []).append(row[1])
+    return found

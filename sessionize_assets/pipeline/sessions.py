@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import event_window
-from sessionize_assets.pipeline.keyed_reads import read_by_keys
+from sessionize_assets.pipeline.keyed_reads import keys_by_partition, read_by_keys
 from sessionize_assets.pipeline.manifests import (
     SessionsProgress,
     record_sessions_progress,
@@ -105,7 +105,9 @@ def update_sessions(
     if not whole and not partial:
         return report
     touched = touched.persist(StorageLevel.MEMORY_AND_DISK)
-    by_date = _users_by_date(touched)
+    by_date = keys_by_partition(
+        touched, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
+    )
     pairs = touched.count() if by_date is None else sum(map(len, by_date.values()))
     progress_now = SessionsProgress(events_version=events_version, definition=definition)
     if not whole and not pairs:  # nothing in these dates' windows changed
@@ -217,17 +219,6 @@ def update_sessions(
     report.sessions_by_date = store.row_counts(SESSIONS, partitions=report.updated)
     report.quarantined_by_date = store.row_counts(SESSION_QUARANTINE, partitions=report.updated)
     return report
-
-
-def _users_by_date(touched: DataFrame) -> dict[date, list[str]] | None:
-    """The touched users of each session date, on the driver; None when there are too many."""
-    rows = touched.limit(PRUNING_PAIRS_LIMIT + 1).collect()
-    if len(rows) > PRUNING_PAIRS_LIMIT:
-        return None
-    by_date: dict[date, list[str]] = {}
-    for row in rows:
-        by_date.setdefault(row.session_date, []).append(row.user_id)
-    return by_date
 
 
 def _pair_windows(spark: SparkSession, session_dates: list[date], settings: Settings) -> DataFrame:

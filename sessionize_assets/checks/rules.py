@@ -1,0 +1,123 @@
+"""The SPEC's invariants as Spark queries: each returns the offending rows (a `Finding`).
+
+Pure functions of DataFrames, so each rule is unit-tested on a few rows; which rows a check
+hands them (the whole table, or what a run wrote) is decided in `scope.py`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from sessionize_assets.transforms.lifecycle import STATES
+from sessionize_assets.transforms.validation import DEDUP
+
+_SAMPLE = 5
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Offending rows (none means the invariant holds) and a few of them to show."""
+
+    violations: int
+    sample: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return self.violations == 0
+
+
+def _finding(bad: DataFrame, describe: Callable[[object], str]) -> Finding:
+    bad = bad.cache()
+    try:
+        return Finding(bad.count(), [describe(r) for r in bad.limit(_SAMPLE).collect()])
+    finally:
+        bad.unpersist()
+
+
+def duplicate_event_ids(events: DataFrame) -> Finding:
+    bad = events.groupBy("event_id").count().where(F.col("count") > 1)
+    return _finding(bad, lambda r: f"{r.event_id} x{r['count']}")
+
+
+def overlapping_sessions(sessions: DataFrame, *, dates: list[date] | None = None) -> Finding:
+    """Sessions that overlap the user's next one; with `dates`, pairs with a session on them.
+
+    `sessions` must then also hold the dates around `dates` a session can reach into.
+    """
+    following = Window.partitionBy("user_id").orderBy("session_start", "session_id")
+    bad = (
+        sessions.withColumn("next_start", F.lead("session_start").over(following))
+        .withColumn("next_date", F.lead("session_date").over(following))
+        .where(F.col("next_start") <= F.col("session_end"))
+    )
+    if dates is not None:
+        bad = bad.where(F.col("session_date").isin(dates) | F.col("next_date").isin(dates))
+    return _finding(bad, lambda r: f"{r.user_id}: {r.session_start}..{r.session_end}")
+
+
+def malformed_sessions(sessions: DataFrame, *, max_length: timedelta) -> Finding:
+    longest = max_length.total_seconds()
+    bad = sessions.where(
+        (F.col("session_start") > F.col("session_end"))
+        | (F.col("event_count") <= 0)
+        | (F.col("duration_seconds") > F.lit(longest))
+        | (F.to_date("session_start") != F.col("session_date"))
+    )
+    return _finding(
+        bad, lambda r: f"{r.session_id}: {r.session_start}..{r.session_end} n={r.event_count}"
+    )
+
+
+def quarantine_mismatch(sessions: DataFrame, quarantine: DataFrame) -> Finding:
+    flagged = sessions.where("is_quarantined").select("session_id")
+    listed = quarantine.select("session_id")
+    bad = flagged.exceptAll(listed).unionByName(listed.exceptAll(flagged))
+    return _finding(bad, lambda r: str(r.session_id))
+
+
+def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) -> Finding:
+    """Per batch and event date: every valid raw row is an event or a cross-batch duplicate,
+    exactly once."""
+    key = ["received_date", "event_date"]
+
+    def rows(frame: DataFrame, name: str) -> DataFrame:
+        return frame.groupBy(*key).agg(F.count(F.lit(1)).alias(name))
+
+    per_input = (
+        rows(raw, "raw")
+        .join(rows(events, "events"), key, "full")
+        .join(rows(rejected.where(F.col("origin") == DEDUP), "duplicates"), key, "full")
+        .fillna(0)
+    )
+    bad = per_input.where(F.col("raw") != F.col("events") + F.col("duplicates"))
+    return _finding(
+        bad,
+        lambda r: (
+            f"{r.received_date} -> {r.event_date}: raw {r.raw} != {r.events} + {r.duplicates}"
+        ),
+    )
+
+
+def unbalanced_snapshot(snapshot: DataFrame) -> Finding:
+    """An accumulating snapshot balances: each state's users are the day before's plus entries
+    minus exits (nobody before the first day), and every day has all five states once."""
+    by_day = Window.partitionBy("state").orderBy("snapshot_date")
+    before = F.coalesce(F.lag("users").over(by_day), F.lit(0))
+    gap = F.datediff("snapshot_date", F.lag("snapshot_date").over(by_day))
+    unbalanced = (
+        snapshot.where(F.col("state").isin(*STATES))
+        .withColumn("_bad", (F.col("users") != before + F.col("entered") - F.col("exited")))
+        .withColumn("_gap", gap)
+        .where(F.col("_bad") | (F.col("_gap") != 1))
+    )
+    incomplete = (
+        snapshot.groupBy("snapshot_date")
+        .agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("state").alias("states"))
+        .where((F.col("rows") != len(STATES)) | (F.col("states") != len(STATES)))
+        .select("snapshot_date", F.lit("incomplete day").alias("state"))
+    )
+    bad = unbalanced.select("snapshot_date", "state").unionByName(incomplete)
+    return _finding(bad, lambda r: f"{r.snapshot_date}: {r.state}")

@@ -1,0 +1,90 @@
+"""What a check reads: the whole table, or what the run it belongs to wrote.
+
+A check that runs with a materialization verifies what that run changed, so a daily batch
+pays for its own rows, not for the history nor for every row of the dates it touched. The
+Delta log says what a run wrote: each commit carries `dagster_run_id`, and its add and remove
+actions name the files. An invariant of single rows (well-formed sessions) then reads the files
+the run added. One that relates a row to others (unique ids, overlaps, the quarantine) reads
+the added rows' keys and finds the rows they can conflict with by key: rows the run did not
+touch were checked by the run that wrote them.
+
+Run on its own (the UI's "Execute checks" on an asset), a check has no partitions and reads
+the whole table. A partitioned run that wrote nothing, or whose files the log no longer
+names, checks its own partition range.
+"""
+
+from dataclasses import dataclass
+from datetime import date
+
+from dagster import AssetCheckExecutionContext
+
+from sessionize_assets.lake.store import DeltaStore, TableSpec
+from sessionize_assets.partitions import days_between
+
+# A run commits to a table a few times, so its commits are among the table's latest ones.
+RECENT_COMMITS = 50
+# Up to this many (date, key) pairs of written rows come to the driver to choose, from the
+# log's statistics, the files that can hold the rows they conflict with; a run that wrote more
+# (a range run, a rebuild) has its checks read the written dates whole instead.
+KEYED_CHECK_PAIRS = 200_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunWrites:
+    """What one run's commits changed in one table."""
+
+    dates: list[date]  # partitions where files were added or removed
+    added: list[str]  # files added, relative to the table root
+    removed: list[str]  # files removed (still on disk until vacuumed)
+
+
+def run_writes(store: DeltaStore, spec: TableSpec, run_id: str) -> RunWrites | None:
+    """The files this run's commits added to and removed from `spec`, from the Delta log.
+
+    None when the run did not commit to the table, or the log no longer names its files.
+    """
+    dates: set[date] = set()
+    added: set[str] = set()
+    removed: set[str] = set()
+    committed = False
+    for commit in store.history(spec, limit=RECENT_COMMITS):
+        if commit.get("dagster_run_id") != run_id:
+            continue
+        version = int(commit["version"])
+        changes = store.changes(spec, since_version=version - 1, through_version=version)
+        if changes is None:
+            return None
+        committed = True
+        for change in changes:
+            dates.add(date.fromisoformat(change.partition))
+            (added if change.added else removed).add(change.path)
+    if not committed:
+        return None
+    # A file a later commit of the same run replaced is not in the table any more.
+    return RunWrites(dates=sorted(dates), added=sorted(added - removed), removed=sorted(removed))
+
+
+def in_run(context: AssetCheckExecutionContext) -> bool:
+    """Whether the check runs in a partitioned run (False: alone, on the whole table)."""
+    return context.has_partition_key or context.has_partition_key_range
+
+
+def run_dates(context: AssetCheckExecutionContext) -> list[date]:
+    """The run's partitions: what a check covers when the run wrote nothing it can name."""
+    keys = context.partition_key_range
+    return days_between(date.fromisoformat(keys.start), date.fromisoformat(keys.end))
+
+
+def checked_dates(
+    context: AssetCheckExecutionContext, store: DeltaStore, *written: TableSpec
+) -> list[date] | None:
+    """Partitions a date-scoped check covers: None (the whole table) for a check run alone;
+    in a run that wrote to the `written` tables, the partitions it wrote; otherwise the run's
+    partitions."""
+    if not in_run(context):
+        return None
+    dates: set[date] = set()
+    for spec in written:
+        writes = run_writes(store, spec, context.run.run_id)
+        dates |= set(writes.dates) if writes else set()
+    return sorted(dates) if dates else run_dates(context)
