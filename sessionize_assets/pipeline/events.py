@@ -42,13 +42,17 @@ from sessionize_assets.pipeline.manifests import (
 from sessionize_assets.transforms.events import (
     WINNER_ORDER,
     duplicate_rejections,
+    losing_copies,
     raw_to_candidates,
-    resolve_duplicates,
+    split_copies,
 )
 from sessionize_assets.transforms.validation import DEDUP
 
 # One copy per (id, batch): ingestion removes copies within a batch. Unique within a date.
 COPY_KEY = ("event_date", "event_id", "received_date")
+# Recomputing dates from raw: up to this many losing copies are matched to the rows by
+# broadcast (about 60 bytes each); more are joined by shuffle.
+BROADCAST_LOSING_COPIES = 500_000
 
 
 @dataclass(kw_only=True)
@@ -108,10 +112,12 @@ def update_events(
     report.events_rows_scanned = sum(
         store.row_counts(EVENTS, partitions=change.lookup.scanned).values()
     )
+    persisted = [arrived, change.ranked]
     try:
         counts = change.counts() if new_inputs else (0, 0, 0)
         displaced = change.displaced_keys() if new_inputs else []
         rebuilt = _recomputed(store, spark, all_inputs, dates=recompute, replace=full_refresh)
+        persisted += [rebuilt.kept] if rebuilt.kept is not None else []
         involved = {r for d in recompute for _, r in (*available[d], *absorbed[d])}
 
         def rejections() -> DataFrame:
@@ -151,8 +157,8 @@ def update_events(
                 commit_metadata=tags,
             )
     finally:
-        arrived.unpersist()
-        change.ranked.unpersist()
+        for frame in persisted:
+            frame.unpersist()
     record_absorbed(
         store,
         absorbed={d: available[d] for d in (*incremental, *recompute)},
@@ -263,20 +269,33 @@ class _Recomputed:
     added: DataFrame  # rows to add (all winners when replacing whole dates)
     removed_keys: DataFrame  # COPY_KEY of rows to drop
     losers: DataFrame  # every losing copy of these dates
+    kept: DataFrame | None = None  # persisted: unpersist after the commits
 
 
 def _recomputed(
     store: DeltaStore, spark: SparkSession, inputs: Inputs, *, dates: list[date], replace: bool
 ) -> _Recomputed:
-    empty_keys = _copies(spark, [])
-    winners, losers = resolve_duplicates(_read_raw(store, spark, inputs))
     columns = EVENTS.schema.fieldNames()
+    candidates = _read_raw(store, spark, inputs)
+    if not dates:
+        empty = candidates.limit(0)
+        return _Recomputed(
+            added=empty.select(*columns), removed_keys=_copies(spark, []), losers=empty
+        )
+    # Few copies lose: their keys are found once (narrow columns) and kept, and matched to the
+    # wide rows by broadcast when they fit, so those rows are not shuffled for it.
+    losing = losing_copies(candidates).persist(StorageLevel.MEMORY_AND_DISK)
+    matched = F.broadcast(losing) if losing.count() <= BROADCAST_LOSING_COPIES else losing
+    winners, losers = split_copies(candidates, matched)
     winners = winners.select(*columns)
-    if replace or not dates:
-        return _Recomputed(added=winners, removed_keys=empty_keys, losers=losers)
+    if replace:
+        return _Recomputed(
+            added=winners, removed_keys=_copies(spark, []), losers=losers, kept=losing
+        )
     current = store.read(EVENTS, partitions=dates)
     return _Recomputed(
         added=winners.exceptAll(current),
         removed_keys=current.exceptAll(winners).select(*COPY_KEY),
         losers=losers,
+        kept=losing,
     )

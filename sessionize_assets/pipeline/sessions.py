@@ -297,14 +297,25 @@ def _touched_pairs(
 
 
 def _diff(old: DataFrame, new: DataFrame) -> DataFrame:
-    """Old rows that are gone or changed (`removed`), new rows that are new or changed."""
+    """Old rows that are gone or changed (`removed`), new rows that are new or changed.
+
+    Rows are matched by session_id (unique: a hash of the user and the session's start) in
+    one join, and a pair that differs in any column yields both sides.
+    """
     columns = SESSIONS.schema.fieldNames()
-    old_rows, new_rows = old.select(*columns), new.select(*columns)
-    return (
-        old_rows.exceptAll(new_rows)
-        .withColumn("change", F.lit("removed"))
-        .unionByName(new_rows.exceptAll(old_rows).withColumn("change", F.lit("added")))
-    )
+    sides = [
+        side.select("session_id", F.struct(*columns).alias(name))
+        for side, name in ((old, "_old"), (new, "_new"))
+    ]
+    joined = sides[0].join(sides[1], on="session_id", how="full_outer")
+    differs = joined.where(~F.col("_old").eqNullSafe(F.col("_new")))
+
+    def entry(name: str, change: str) -> Column:
+        fields = [F.col(f"{name}.{c}").alias(c) for c in columns]
+        return F.when(F.col(name).isNotNull(), F.struct(*fields, F.lit(change).alias("change")))
+
+    entries = F.array(entry("_old", "removed"), entry("_new", "added"))
+    return differs.select(F.inline(F.filter(entries, lambda e: e.isNotNull())))
 
 
 @dataclass(frozen=True)
