@@ -557,6 +557,7 @@ def _parquet_options(spec: TableSpec) -> dict[str, str]:
         options["parquet.block.size"] = str(spec.row_group_bytes)
     for column in spec.bloom_filter_columns:
         options[f"parquet.bloom.filter.enabled#{column}"] = "true"
+        options[f"parquet.bloom.filter.expected.ndv#{column}"] = str(spec.bloom_filter_ndv)
     return options
 
 

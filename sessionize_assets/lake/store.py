@@ -35,6 +35,9 @@ class TableSpec:
     # Parquet bloom filters on these columns: an `IN (few values)` filter on one of them skips
     # every row group that cannot hold a value (how a lookup of new ids avoids a scan).
     bloom_filter_columns: tuple[str, ...] = ()
+    # Distinct values a bloom filter is sized for (1% false positives), per row group. Unset,
+    # the Parquet writer gives every filter its maximum, 1 MiB a row group: more than the data.
+    bloom_filter_ndv: int | None = None
     # Parquet row group size: with `sort_by`, a row group is a narrow range of the sort key,
     # so its min/max statistics skip it for a filter on that key.
     row_group_bytes: int | None = None
@@ -51,6 +54,8 @@ class TableSpec:
         unknown = set(self.bloom_filter_columns) - set(names)
         if unknown:
             raise ValueError(f"{self.name}: bloom filter columns {sorted(unknown)} not in schema")
+        if self.bloom_filter_columns and not (self.bloom_filter_ndv or 0) > 0:
+            raise ValueError(f"{self.name}: bloom filters need a positive bloom_filter_ndv")
 
     @property
     def partition_is_date(self) -> bool:

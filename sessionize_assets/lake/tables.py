@@ -20,8 +20,11 @@ from sessionize_assets.transforms.lifecycle import SNAPSHOT_SCHEMA, STATE_SCHEMA
 
 # Rows per sessions file: the unit a late event's correction rewrites (see SESSIONS).
 SESSIONS_FILE_ROWS = 500
-# Parquet row group of `events` (sorted by user): about 20,000 rows, a narrow range of users.
+# Parquet row group of `events` (sorted by user): about 10,000 rows, a narrow range of users.
 EVENTS_ROW_GROUP_BYTES = 4 * 1024 * 1024
+# The `event_id` bloom filter of a row group is sized for this many ids (32 KiB at 1% false
+# positives), with room above the rows a row group holds.
+EVENTS_BLOOM_FILTER_NDV = 20_000
 
 
 def _fields(*columns: tuple[str, DataType, bool, str]) -> StructType:
@@ -129,6 +132,7 @@ EVENTS = TableSpec(
     # The duplicate rule looks up the ids of new copies, and sessions the events of the users
     # a change touched: both read a few rows of many dates, which these two settings prune.
     bloom_filter_columns=("event_id",),
+    bloom_filter_ndv=EVENTS_BLOOM_FILTER_NDV,
     row_group_bytes=EVENTS_ROW_GROUP_BYTES,
     description="Accepted, deduplicated events by the UTC day they happened.",
     schema=_fields(

@@ -40,6 +40,7 @@ from sessionize_assets.pipeline.manifests import (
     record_absorbed,
 )
 from sessionize_assets.transforms.events import (
+    COPY_KEY,
     WINNER_ORDER,
     duplicate_rejections,
     losing_copies,
@@ -48,8 +49,6 @@ from sessionize_assets.transforms.events import (
 )
 from sessionize_assets.transforms.validation import DEDUP
 
-# One copy per (id, batch): ingestion removes copies within a batch. Unique within a date.
-COPY_KEY = ("event_date", "event_id", "received_date")
 # Recomputing dates from raw: up to this many losing copies are matched to the rows by
 # broadcast (about 60 bytes each); more are joined by shuffle.
 BROADCAST_LOSING_COPIES = 500_000
@@ -112,7 +111,7 @@ def update_events(
     report.events_rows_scanned = sum(
         store.row_counts(EVENTS, partitions=change.lookup.scanned).values()
     )
-    persisted = [arrived, change.ranked]
+    persisted = [arrived, change.ranked, change.present]
     try:
         counts = change.counts() if new_inputs else (0, 0, 0)
         displaced = change.displaced_keys() if new_inputs else []
@@ -191,6 +190,7 @@ class _NewCopies:
 
     ranked: DataFrame  # COPY_KEY + is_new + rank, for the ids the new copies carry
     lookup: KeyedRead  # how the copies already in `events` were found
+    present: DataFrame  # those copies (ranking columns), persisted
 
     def counts(self) -> tuple[int, int, int]:
         """(new winners, losing new copies, displaced copies)."""
@@ -230,7 +230,8 @@ def _rank_new_copies(store: DeltaStore, arrived: DataFrame) -> _NewCopies:
     # Of `events`, only the ranking columns of the ids that arrived again, found by id.
     wanted = arrived.select("event_date", "event_id")
     lookup = read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=ranking)
-    present = lookup.rows
+    # Read once: it is both excluded from the new copies and ranked with them.
+    present = lookup.rows.persist(StorageLevel.MEMORY_AND_DISK)
     # A copy already in `events` was absorbed by an earlier attempt: it is not new.
     fresh = arrived.select(*ranking).join(
         present.select(*COPY_KEY), on=list(COPY_KEY), how="left_anti"
@@ -243,7 +244,7 @@ def _rank_new_copies(store: DeltaStore, arrived: DataFrame) -> _NewCopies:
         *COPY_KEY, "_new", "_rank"
     )
     outcome = ranked.where(F.col("_new") | (F.col("_rank") > 1))
-    return _NewCopies(outcome.persist(StorageLevel.MEMORY_AND_DISK), lookup)
+    return _NewCopies(outcome.persist(StorageLevel.MEMORY_AND_DISK), lookup, present)
 
 
 def _copies(spark: SparkSession, keys: list[tuple[date, str, date]]) -> DataFrame:

@@ -25,6 +25,12 @@ DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
 }
+# Local mode only. Reads name their files (from the Delta log), and Spark lists more than 32
+# paths with a distributed job, one task per path: a few hundred tasks (seconds) to stat a few
+# hundred local files. On one machine the driver lists them itself.
+LOCAL_CONF = {
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+}
 
 
 class SparkResource(ConfigurableResource):
@@ -49,6 +55,7 @@ class SparkResource(ConfigurableResource):
             builder = builder.master(self.master)
             settings = {**DEFAULT_CONF, "spark.ui.enabled": str(self.ui_enabled).lower()}
             if self.master.startswith("local"):
+                settings |= LOCAL_CONF
                 # Local Python workers must import this package: use the driver's interpreter
                 # (PySpark reads the variable, not spark.pyspark.python, when it starts them).
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -10,8 +10,8 @@ from sessionize_assets.transforms.validation import DEDUP, DUPLICATE
 # Among valid copies of one messageId the earliest received batch wins, then the earliest
 # receivedAt; the source file only breaks exact ties, so the choice is always the same.
 WINNER_ORDER = ("received_date", "received_at", "source_file")
-# Names one copy: a batch holds one copy of an id.
-COPY_OUTCOME_KEY = ("event_id", "received_date")
+# One copy per (id, batch): ingestion removes copies within a batch. Unique within a date.
+COPY_KEY = ("event_date", "event_id", "received_date")
 
 
 def raw_to_candidates(raw: DataFrame) -> DataFrame:
@@ -20,27 +20,28 @@ def raw_to_candidates(raw: DataFrame) -> DataFrame:
 
 
 def losing_copies(candidates: DataFrame) -> DataFrame:
-    """(event_id, received_date) of every copy that loses to another copy of its id.
+    """COPY_KEY of every copy that loses to another copy of its id on its event date.
 
     Candidates hold at most one copy per (event_id, received_date): batches are deduplicated
     at ingestion. Copies are wide (the raw line, properties, context) and most ids have one:
     only the ranking columns are shuffled, and only ids with several copies are ranked.
     """
-    copies = candidates.select("event_id", *WINNER_ORDER)
-    repeated = copies.groupBy("event_id").count().where(F.col("count") > 1).select("event_id")
-    rank = F.row_number().over(Window.partitionBy("event_id").orderBy(*WINNER_ORDER))
+    event = ["event_date", "event_id"]
+    copies = candidates.select(*event, *WINNER_ORDER)
+    repeated = copies.groupBy(*event).count().where(F.col("count") > 1).select(*event)
+    rank = F.row_number().over(Window.partitionBy(*event).orderBy(*WINNER_ORDER))
     return (
-        copies.join(repeated, on="event_id", how="left_semi")
+        copies.join(repeated, on=event, how="left_semi")
         .withColumn("_rank", rank)
         .where(F.col("_rank") > 1)
-        .select(*COPY_OUTCOME_KEY)
+        .select(*COPY_KEY)
     )
 
 
 def split_copies(candidates: DataFrame, losing: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """One winner per event_id and the losing copies, given `losing_copies(candidates)`."""
-    winners = candidates.join(losing, on=list(COPY_OUTCOME_KEY), how="left_anti")
-    losers = candidates.join(losing, on=list(COPY_OUTCOME_KEY), how="left_semi")
+    """One winner per event id and date, and the losing copies, given `losing_copies`."""
+    winners = candidates.join(losing, on=list(COPY_KEY), how="left_anti")
+    losers = candidates.join(losing, on=list(COPY_KEY), how="left_semi")
     return winners, losers
 
 

@@ -362,17 +362,23 @@ def test_files_with_values_keeps_the_files_whose_range_can_hold_a_value(spark, s
     assert store.read(RANGED).where(F.col("id") == "user-13").count() == 0
 
 
-def test_bloom_filter_columns_are_written(spark, store):
+def test_bloom_filter_columns_are_written_and_sized_for_their_values(spark, store):
     import pyarrow.parquet as pq
 
     bloomed = TableSpec(
-        name="bloomed", schema=SCHEMA, partition_by="day", bloom_filter_columns=("id",)
+        name="bloomed",
+        schema=SCHEMA,
+        partition_by="day",
+        bloom_filter_columns=("id",),
+        bloom_filter_ndv=1_000,
     )
     store.replace_partitions(bloomed, frame(spark, rows(("a", D1, 1))), partitions=[D1])
     (path,) = store.live_files(bloomed)
     group = pq.ParquetFile(path).metadata.row_group(0)
-    offsets = {
-        group.column(i).path_in_schema: group.column(i).to_dict()["bloom_filter_offset"]
-        for i in range(group.num_columns)
+    columns = {
+        group.column(i).path_in_schema: group.column(i).to_dict() for i in range(group.num_columns)
     }
-    assert offsets["id"] is not None and offsets["note"] is None
+    assert columns["id"]["bloom_filter_offset"] is not None
+    assert columns["note"]["bloom_filter_offset"] is None
+    # 1,000 values at 1% false positives: 2 KiB, not the writer's 1 MiB default.
+    assert columns["id"]["bloom_filter_length"] <= 4 * 1024

@@ -19,7 +19,7 @@ SCHEMA = StructType(
 )
 SPEC = TableSpec(
     name="keyed", schema=SCHEMA, partition_by="day", sort_by=("user_id",),
-    bloom_filter_columns=("user_id",),
+    bloom_filter_columns=("user_id",), bloom_filter_ndv=1_000,
 )  # fmt: skip
 D = date(2026, 1, 1)
 
