@@ -127,20 +127,27 @@ def test_unbalanced_snapshot(spark):
     assert unbalanced_snapshot(snapshot([day1, day2]).where("state != 'churned'")).violations == 2
 
 
+def checks_job(settings, checks: dict[str, str]):
+    """A job of these asset checks (name -> asset) of the project's definitions."""
+    from dagster import AssetCheckKey, AssetKey, AssetSelection, Definitions, define_asset_job
+
+    from sessionize_assets.definitions import build_definitions
+
+    selection = AssetSelection.checks(
+        *(AssetCheckKey(AssetKey(asset), name) for name, asset in checks.items())
+    )
+    return Definitions.merge(
+        build_definitions(settings, spark_ui=False),
+        Definitions(jobs=[define_asset_job("checks", selection=selection)]),
+    ).resolve_job_def("checks")
+
+
 def test_a_partition_run_checks_its_partitions_and_a_check_run_alone_the_whole_table(
     spark, settings, store
 ):
     """With a materialization a check pays for the run's partitions; alone, for the table."""
-    from dagster import (
-        AssetCheckKey,
-        AssetKey,
-        AssetSelection,
-        Definitions,
-        define_asset_job,
-        instance_for_test,
-    )
+    from dagster import instance_for_test
 
-    from sessionize_assets.definitions import build_definitions
     from sessionize_assets.lake.tables import EVENTS
     from sessionize_assets.partitions import PARTITION_TAG, RANGE_END, RANGE_START
 
@@ -155,11 +162,7 @@ def test_a_partition_run_checks_its_partitions_and_a_check_run_alone_the_whole_t
     store.replace_partitions(
         EVENTS, spark.createDataFrame(rows, EVENTS.schema), partitions=[clean, dirty]
     )
-    defs = build_definitions(settings, spark_ui=False)
-    check = AssetSelection.checks(AssetCheckKey(AssetKey("events"), "unique_event_ids"))
-    job = Definitions.merge(
-        defs, Definitions(jobs=[define_asset_job("unique_ids", selection=check)])
-    ).resolve_job_def("unique_ids")
+    job = checks_job(settings, {"unique_event_ids": "events"})
 
     def passed(**run) -> bool:
         with instance_for_test() as instance:
@@ -186,16 +189,8 @@ def test_a_partition_run_checks_its_partitions_and_a_check_run_alone_the_whole_t
 def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, settings, store):
     """In a materialization run each check reads the rows the run wrote and their neighbours
     (found by key), so a violation the run made fails it, and one elsewhere is not read."""
-    from dagster import (
-        AssetCheckKey,
-        AssetKey,
-        AssetSelection,
-        Definitions,
-        define_asset_job,
-        instance_for_test,
-    )
+    from dagster import instance_for_test
 
-    from sessionize_assets.definitions import build_definitions
     from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
     from sessionize_assets.partitions import RANGE_END, RANGE_START
 
@@ -206,13 +201,7 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, setti
         "sessions_well_formed": "sessions",
         "quarantine_matches_flag": "session_quarantine",
     }
-    selection = AssetSelection.checks(
-        *(AssetCheckKey(AssetKey(asset), name) for name, asset in checks.items())
-    )
-    job = Definitions.merge(
-        build_definitions(settings, spark_ui=False),
-        Definitions(jobs=[define_asset_job("checks", selection=selection)]),
-    ).resolve_job_def("checks")
+    job = checks_job(settings, checks)
     span = {RANGE_START: before.isoformat(), RANGE_END: far.isoformat()}
 
     def failed(*commits) -> set[str]:

@@ -402,3 +402,27 @@ def test_a_new_gap_recomputes_the_sessions_whole(pipeline, spark, settings):
         pipeline.store, spark, session_dates=[day(0)], settings=pipeline.settings, run_id="x"
     )
     assert again.updated == []  # absorbed: nothing left to do
+
+
+def test_a_new_gap_keeps_the_sessions_it_does_not_change(pipeline, spark, settings):
+    """Recomputing a date whole rewrites the pairs that changed and keeps the others."""
+    pipeline.land(
+        day(0),
+        [
+            ("a", "u", "2026-01-10 10:00"),
+            ("b", "u", "2026-01-10 10:45"),
+            ("c", "v", "2026-01-10 12:00"),
+        ],
+    )
+    pipeline.process(day(0))
+    assert len(pipeline.sessions()) == 3
+
+    pipeline.settings = settings.with_overrides(session_gap=timedelta(hours=1))
+    run = update_sessions(
+        pipeline.store, spark, session_dates=[day(0)], settings=pipeline.settings, run_id="gap"
+    )
+
+    assert run.recomputed == [day(0)]
+    assert (run.inserted, run.replaced, run.removed) == (0, 1, 1)  # u's two merge; v's stays
+    assert len(pipeline.sessions()) == 2
+    pipeline.assert_equals_full_recompute()

@@ -17,9 +17,13 @@ from dataclasses import dataclass
 from datetime import date
 
 from dagster import AssetCheckExecutionContext
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
-from sessionize_assets.partitions import days_between
+from sessionize_assets.lake.tables import SESSIONS
+from sessionize_assets.partitions import days_around, days_between
+from sessionize_assets.pipeline.keyed_reads import keys_by_partition
 
 # A run commits to a table a few times, so its commits are among the table's latest ones.
 RECENT_COMMITS = 50
@@ -62,6 +66,45 @@ def run_writes(store: DeltaStore, spec: TableSpec, run_id: str) -> RunWrites | N
         return None
     # A file a later commit of the same run replaced is not in the table any more.
     return RunWrites(dates=sorted(dates), added=sorted(added - removed), removed=sorted(removed))
+
+
+def written(
+    context: AssetCheckExecutionContext, store: DeltaStore, spec: TableSpec
+) -> RunWrites | None:
+    """What the check's run wrote to `spec`; None for a check run alone."""
+    return run_writes(store, spec, context.run.run_id) if in_run(context) else None
+
+
+def added_rows(
+    context: AssetCheckExecutionContext, store: DeltaStore, spec: TableSpec
+) -> DataFrame | None:
+    """The rows the check's run added to `spec`; None alone or when it added no files."""
+    writes = written(context, store, spec)
+    return store.read_files(spec, writes.added) if writes and writes.added else None
+
+
+def sessions_near(
+    store: DeltaStore, pairs: DataFrame, *, before: int, after: int
+) -> DataFrame | None:
+    """The sessions of the users of (session_date, user_id) `pairs` on the days around those
+    dates, read from the files whose user range (log statistics) can hold them.
+
+    None when there are more than KEYED_CHECK_PAIRS pairs: read the dates whole instead.
+    """
+    by_date = keys_by_partition(
+        pairs, partition="session_date", key="user_id", limit=KEYED_CHECK_PAIRS
+    )
+    if by_date is None:
+        return None
+    near: dict[date, set[str]] = {}
+    for day, users in by_date.items():
+        for around in days_around([day], before=before, after=after):
+            near.setdefault(around, set()).update(users)
+    files = store.files_with_values(
+        SESSIONS, column="user_id", values={d: sorted(u) for d, u in sorted(near.items())}
+    )
+    users = pairs.select("user_id").distinct()
+    return store.read_files(SESSIONS, files).join(F.broadcast(users), on="user_id", how="left_semi")
 
 
 def in_run(context: AssetCheckExecutionContext) -> bool:

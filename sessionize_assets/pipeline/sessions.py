@@ -10,6 +10,7 @@ added, and both sides go to the corrections log, all without touching other user
 
 A partition never computed, computed with another gap or cap, or asked for with
 `full_refresh` is recomputed whole (every user); so is one whose `events` history is gone.
+Its old rows are all compared, so there too only the pairs whose rows differ are rewritten.
 """
 
 from __future__ import annotations
@@ -168,12 +169,12 @@ def update_sessions(
         report.files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
         if changed_dates:
             changed = diff.select(*PAIR).distinct()
-            # Whole dates are replaced; elsewhere only the pairs whose rows differ are rewritten.
+            # Only the pairs whose rows differ are rewritten, on whole dates too: their old
+            # rows were all compared, so the pairs that did not change keep their rows.
             commit = store.rewrite(
                 SESSIONS,
                 partitions=changed_dates,
-                drop=F.col("session_date").isin(whole) if whole else None,
-                drop_keys=changed.where(~F.col("session_date").isin(whole)),
+                drop_keys=changed,
                 files=files,
                 add=lambda: sessions.join(changed, on=list(PAIR), how="left_semi"),
                 commit_metadata=tags,

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 import pandas as pd
@@ -93,16 +94,22 @@ def parse_iso_timestamp(value: Any) -> datetime | None:
         return None
 
 
+# Built once: json.loads and json.dumps with options build a new decoder or encoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _json_text(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def parse_line(line: str, *, start_date: date, future_tolerance: timedelta) -> ParsedLine:
     """Apply SPEC §2's checks in order; the first failure wins. Duplicates are decided later."""
     try:
-        message = json.loads(line, parse_constant=_reject_constant)
+        # json.loads's own message for a byte order mark; otherwise the shared decoder.
+        message = json.loads(line) if line.startswith("\ufeff") else _DECODER.decode(line)
     except (ValueError, RecursionError) as exc:
         return ParsedLine(reason=MALFORMED_JSON, detail=f"not JSON: {exc}")
     if not isinstance(message, dict):
@@ -225,17 +232,18 @@ def parse_lines(lines: DataFrame, *, start_date: date, future_tolerance: timedel
     Keeps the input's other columns (`received_date`, `source_file`, ...).
     """
     names = [field.name for field in _PARSED_SCHEMA]
+    text_names = [name for name in names if not name.endswith("_us")]
+    built = [*text_names, "event_us", "received_us"]  # the order rows are built in
+    texts = attrgetter(*text_names)
 
     def parse_batches(batches: Iterator[pd.Series]) -> Iterator[pd.DataFrame]:
         for batch in batches:
             rows = []
             for line in batch:
                 parsed = parse_line(line, start_date=start_date, future_tolerance=future_tolerance)
-                values = {name: getattr(parsed, name, None) for name in names}
-                values["event_us"] = _micros(parsed.event_ts)
-                values["received_us"] = _micros(parsed.received_at)
-                rows.append(values)
-            frame = pd.DataFrame(rows, columns=names)
+                times = (_micros(parsed.event_ts), _micros(parsed.received_at))
+                rows.append(texts(parsed) + times)
+            frame = pd.DataFrame.from_records(rows, columns=built, nrows=len(rows))[names]
             for column in ("event_us", "received_us"):
                 frame[column] = frame[column].astype("Int64")
             yield frame
