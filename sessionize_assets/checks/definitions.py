@@ -26,7 +26,13 @@ from sessionize_assets.checks.rules import (
     unaccounted_lines,
     unbalanced_snapshot,
 )
-from sessionize_assets.checks.scope import added_rows, checked_dates, sessions_near, written
+from sessionize_assets.checks.scope import (
+    added_rows,
+    checked_dates,
+    covered_dates,
+    sessions_near,
+    written,
+)
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     EVENTS,
@@ -118,10 +124,10 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
     )
     def quarantine_matches_flag(context: AssetCheckExecutionContext) -> AssetCheckResult:
         lake_store = store(context)
-        dates = checked_dates(context, lake_store, SESSIONS, SESSION_QUARANTINE)
-        quarantine = lake_store.read(SESSION_QUARANTINE, partitions=dates)
         sessions_written = written(context, lake_store, SESSIONS)
         quarantine_written = written(context, lake_store, SESSION_QUARANTINE)
+        dates = covered_dates(context, [sessions_written, quarantine_written])
+        quarantine = lake_store.read(SESSION_QUARANTINE, partitions=dates)
         sessions = lake_store.read(SESSIONS, partitions=dates)
         if sessions_written or quarantine_written:
             # A mismatch the run made involves a quarantine row of a date it wrote (there are

@@ -119,15 +119,19 @@ def run_dates(context: AssetCheckExecutionContext) -> list[date]:
 
 
 def checked_dates(
-    context: AssetCheckExecutionContext, store: DeltaStore, *written: TableSpec
+    context: AssetCheckExecutionContext, store: DeltaStore, *written_to: TableSpec
 ) -> list[date] | None:
     """Partitions a date-scoped check covers: None (the whole table) for a check run alone;
-    in a run that wrote to the `written` tables, the partitions it wrote; otherwise the run's
-    partitions."""
+    in a run that wrote to the `written_to` tables, the partitions it wrote; otherwise the
+    run's partitions."""
+    return covered_dates(context, [written(context, store, spec) for spec in written_to])
+
+
+def covered_dates(
+    context: AssetCheckExecutionContext, writes: list[RunWrites | None]
+) -> list[date] | None:
+    """`checked_dates` from writes already read from the log."""
     if not in_run(context):
         return None
-    dates: set[date] = set()
-    for spec in written:
-        writes = run_writes(store, spec, context.run.run_id)
-        dates |= set(writes.dates) if writes else set()
+    dates = {day for write in writes if write for day in write.dates}
     return sorted(dates) if dates else run_dates(context)
