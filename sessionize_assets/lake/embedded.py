@@ -575,7 +575,8 @@ def _commit_info(
 
 
 def _align(spec: TableSpec, df: DataFrame) -> DataFrame:
-    missing = [name for name in spec.schema.fieldNames() if name not in df.columns]
+    present = set(df.columns)  # one schema lookup: each `df.columns` asks the JVM
+    missing = [name for name in spec.schema.fieldNames() if name not in present]
     if missing:
         raise LakeError(f"{spec.name}: data is missing columns {missing}")
     return df.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in spec.schema))
