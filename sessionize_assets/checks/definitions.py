@@ -128,7 +128,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         quarantine_written = written(context, lake_store, SESSION_QUARANTINE)
         dates = covered_dates(context, [sessions_written, quarantine_written])
         quarantine = lake_store.read(SESSION_QUARANTINE, partitions=dates)
-        sessions = lake_store.read(SESSIONS, partitions=dates)
+        sessions = None
         if sessions_written or quarantine_written:
             # A mismatch the run made involves a quarantine row of a date it wrote (there are
             # few), one it removed, or a flagged session it added: those users' sessions.
@@ -145,6 +145,8 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             near = sessions_near(lake_store, pairs, before=0, after=0)
             if near is not None:
                 sessions = near.join(F.broadcast(pairs.distinct()), on=pair, how="left_semi")
+        if sessions is None:  # alone, or too many pairs to look up: the dates whole
+            sessions = lake_store.read(SESSIONS, partitions=dates)
         return _result(quarantine_mismatch(sessions, quarantine), "session ids in one place only")
 
     @lake_check(
