@@ -50,7 +50,13 @@ from sessionize_assets.definitions import (
 )
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENTS, SESSIONS, USER_LIFECYCLE_STATE
+from sessionize_assets.lake.tables import (
+    BATCH_EVENT_DATES,
+    EVENTS,
+    SESSIONS,
+    USER_LIFECYCLE_SNAPSHOT,
+    USER_LIFECYCLE_STATE,
+)
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.replay import QUIET, BatchDriver
 from sessionize_assets.settings import Settings
@@ -170,6 +176,8 @@ def run_shape(
     full["events"] = float(sum(store.row_counts(EVENTS).values()))
     full["sessions"] = float(sum(store.row_counts(SESSIONS).values()))
     full["state_rows"] = float(sum(store.row_counts(USER_LIFECYCLE_STATE).values()))
+    # What one row per user per day would hold: the users with a state, summed over the days.
+    full["user_days"] = float(sum(store.read_arrow(USER_LIFECYCLE_SNAPSHOT)["users"].to_pylist()))
     full["peak_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     full["peak_jvm_mb"] = _jvm_peak_mb(spark)
     return figures, full
@@ -243,7 +251,9 @@ def report(
     for shape, full in recompute.items():
         print(
             f"[{shape}] lake after {histories[-1] + 1} days: {full['events']:,.0f} events, "
-            f"{full['sessions']:,.0f} sessions, {full['state_rows']:,.0f} lifecycle state rows"
+            f"{full['sessions']:,.0f} sessions; user_lifecycle_state {full['state_rows']:,.0f} "
+            f"interval rows, against {full['user_days']:,.0f} user-days "
+            f"({full['state_rows'] / max(full['user_days'], 1):.1%})"
         )
     print()
     print("(a) full recompute and (b) floor, seconds")
@@ -326,7 +336,6 @@ def report(
                 f"{f.value('sessions', 'rows_written'):,}",
                 f"{f.value('sessions', 'files_rewritten')}/{f.value('sessions', 'files_before')}",
                 f"{written / max(new_events + changed, 1):.2f}",
-                f"{f.value('user_lifecycle_state', 'dagster/row_count'):,}",
             ]
         )
     print(
@@ -349,7 +358,58 @@ def report(
                 "sessions written",
                 "sessions files rewr.",
                 "written/(new+changed)",
-                "lifecycle rows",
+            ],
+            rows,
+        )
+    )
+    print()
+    print("(f) the lifecycle step: users restated and changed, rows written against the bound")
+    print("    bound = 3 x (users whose state changed + 5 x snapshot days written)")
+    rows = []
+    for f in figures:
+        state = "user_lifecycle_state"
+        days = f.value(state, "snapshot_days_written")
+        changed_users = f.value(state, "users_changed")
+        logical = f.value(state, "interval_rows_added") + 5 * days
+        physical = f.value(state, "interval_rows_written") + 5 * days
+        bound = 3 * (changed_users + 5 * days)
+        rows.append(
+            [
+                f.shape,
+                str(f.history),
+                f"{f.step('snapshot'):.1f}",
+                f"{f.step('snapshot') / max(f.step('events') + f.step('sessions'), 1e-9):.2f}",
+                f"{days}",
+                f"{f.value(state, 'users_restated'):,}",
+                f"{changed_users:,}",
+                f"{f.value(state, 'interval_rows_removed'):,}",
+                f"{f.value(state, 'interval_rows_added'):,}",
+                f"{logical:,}",
+                f"{bound:,}",
+                f"{logical / max(bound, 1):.2f}",
+                f"{physical:,}",
+                f"{f.value(state, 'interval_files_rewritten')}",
+                f"{f.value(state, 'interval_rows'):,}",
+            ]
+        )
+    print(
+        _table(
+            [
+                "shape",
+                "history",
+                "snapshot s",
+                "snap/(e+s)",
+                "days written",
+                "users restated",
+                "users changed",
+                "intervals removed",
+                "intervals added",
+                "rows written",
+                "bound",
+                "written/bound",
+                "rows in files written",
+                "interval files rewr.",
+                "interval rows",
             ],
             rows,
         )

@@ -59,6 +59,8 @@ def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, o
 def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitions:
     received_days = received_day_partitions(settings)
     event_days = event_day_partitions(settings)
+    # The lifecycle's checks run inside its asset, on each run's result: not in checks_job.
+    checks = build_checks(settings=settings)
     return Definitions(
         assets=[
             build_ingest_assets(settings=settings, partitions_def=received_days),
@@ -79,7 +81,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             define_asset_job(EVENTS_JOB, selection=["events"]),
             define_asset_job(SESSIONS_JOB, selection=list(SESSION_ASSETS)),
             define_asset_job(LIFECYCLE_JOB, selection=list(LIFECYCLE_ASSETS)),
-            define_asset_job(CHECKS_JOB, selection=AssetSelection.all_asset_checks()),
+            define_asset_job(CHECKS_JOB, selection=AssetSelection.checks(*checks)),
             define_asset_job(
                 REBUILD_JOB,
                 selection=AssetSelection.assets("events", *SESSION_ASSETS).without_checks(),
@@ -87,7 +89,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 config=REBUILD_CONFIG,
             ),
         ],
-        asset_checks=build_checks(settings=settings),
+        asset_checks=checks,
         sensors=[
             build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB),
             build_lifecycle_sensor(settings=settings, lifecycle_job_name=LIFECYCLE_JOB),

@@ -56,7 +56,7 @@ def process_batch(
     lifecycle = None
     if span is not None:
         lifecycle = update_lifecycle(
-            store, spark, first_date=span[0], last_date=span[1], settings=settings, run_id=run_id
+            store, spark, through=span[1], settings=settings, run_id=run_id
         )
     return BatchRun(received=received, events=events, sessions=sessions, lifecycle=lifecycle)
 

@@ -13,6 +13,7 @@ STATES = ("new", "active", "inactive", "dormant", "churned")
 
 UserStates = dict[tuple[date, str], tuple[str, date, int]]
 SnapshotRow = tuple[date, str, int, int, int]
+Interval = tuple[str, str, date, date | None]  # user, state, valid_from, valid_to (None: open)
 
 
 def state_on(day: date, sessions: set[date]) -> str | None:
@@ -68,3 +69,16 @@ def lifecycle_reference(
         yesterday = today
         day += timedelta(days=1)
     return states, sorted(rows)
+
+
+def reference_intervals(states: UserStates, *, end: date) -> set[Interval]:
+    """The stretches of `lifecycle_reference`'s states: each user's run of days in one state,
+    open (valid_to None) for the one that covers `end`."""
+    out: set[Interval] = set()
+    for (day, user), (state, since, _) in states.items():
+        following = states.get((day + timedelta(days=1), user))
+        if day == end:
+            out.add((user, state, since, None))
+        elif following is None or following[0] != state:
+            out.add((user, state, since, day))
+    return out

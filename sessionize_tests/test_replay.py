@@ -10,8 +10,9 @@ from collections import Counter
 from datetime import date
 
 import pytest
-from dagster import AssetKey, DagsterRunStatus, RunsFilter, instance_for_test
+from dagster import AssetKey, DagsterEventType, DagsterRunStatus, RunsFilter, instance_for_test
 
+from sessionize_assets.definitions import LIFECYCLE_JOB
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import EVENTS, REJECTED_EVENTS, SESSION_QUARANTINE, SESSIONS
@@ -34,11 +35,21 @@ def replayed(spark, tmp_path_factory):
     with instance_for_test() as instance:
         summary = replay(settings=settings, instance=instance, echo=lines.append)
         runs = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
-        yield settings, report, summary, lines, len(runs)
+        # The lifecycle's checks, evaluated inside each lifecycle run.
+        lifecycle_checks = [
+            (entry.dagster_event.event_specific_data.asset_check_key.name, entry.run_id)
+            + (entry.dagster_event.event_specific_data.passed,)
+            for run in runs
+            if run.job_name == LIFECYCLE_JOB
+            for entry in instance.all_logs(
+                run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+            )
+        ]
+        yield settings, report, summary, lines, len(runs), lifecycle_checks
 
 
 def test_replay_reports_progress_and_bounded_runs(replayed):
-    _, report, summary, lines, successful_runs = replayed
+    _, report, summary, lines, successful_runs, _ = replayed
     assert summary.ok and len(summary.batches) == 10
     assert max(batch.runs for batch in summary.batches) <= 5
     # Every batch extends the snapshot to its own day, late ones correct earlier days too.
@@ -55,7 +66,7 @@ def test_replay_reports_progress_and_bounded_runs(replayed):
 
 
 def test_tables_equal_the_full_recompute(replayed, spark):
-    settings, report, _, _, _ = replayed
+    settings, report, _, _, _, _ = replayed
     store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
     ref = reference_validate(settings.landing_dir, START)
     assert len(ref.winners) == report.valid_events
@@ -115,10 +126,21 @@ def test_asset_checks_pass_after_replay(replayed):
     with instance_for_test() as instance:
         result = job.execute_in_process(instance=instance)
     evaluations = {e.asset_check_key: e for e in result.get_asset_check_evaluations()}
-    assert len(evaluations) == 6
+    assert len(evaluations) == 5
     failed = [str(k) for k, e in evaluations.items() if not e.passed]
     assert failed == []
     assert AssetCheckKey(AssetKey("events"), "unique_event_ids") in evaluations
+
+
+def test_lifecycle_checks_run_and_pass_in_every_lifecycle_run(replayed):
+    _, _, summary, _, _, lifecycle_checks = replayed
+    runs = {run_id for _, run_id, _ in lifecycle_checks}
+    assert len(runs) >= len(summary.batches)
+    for run_id in runs:
+        assert {(name, passed) for name, r, passed in lifecycle_checks if r == run_id} == {
+            ("snapshot_balances", True),
+            ("snapshot_matches_intervals", True),
+        }
 
 
 def test_rebuild_from_raw_changes_nothing(replayed, spark):

@@ -151,7 +151,10 @@ def test_lifecycle_sensor_starts_the_next_range_where_a_failed_run_started(setti
             _report(instance, "user_lifecycle_snapshot", day)
         first = sensor(build_sensor_context(instance=instance, definitions=defs))
         assert not first.run_requests  # a batch with events waits for its sessions run
-        # A run over 3..5 fails: the lake has no balance for the 2nd (nothing was ever written).
+        # A run over 3..5 fails: the sessions table it reads is corrupt.
+        log = settings.lake_dir / "sessions" / "_delta_log"
+        log.mkdir(parents=True)
+        (log / "00000000000000000000.json").write_text("not a delta log\n")
         failed = defs.resolve_job_def(LIFECYCLE_JOB).execute_in_process(
             instance=instance,
             raise_on_error=False,

@@ -6,7 +6,9 @@ import json
 from collections import Counter
 from datetime import date, datetime, timedelta
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
@@ -24,8 +26,9 @@ from sessionize_assets.lake.tables import (
 from sessionize_assets.pipeline.events import update_events
 from sessionize_assets.pipeline.sessions import update_sessions
 from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.lifecycle import OPEN_END, states_by_day
 from sessionize_tests.driver import BatchRun, process_batch
-from sessionize_tests.lifecycle_reference import lifecycle_reference
+from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 from sessionize_tests.reference import reference_sessions, reference_validate
 
 D = date(2026, 1, 10)
@@ -35,17 +38,28 @@ def day(offset: int) -> date:
     return D + timedelta(days=offset)
 
 
+def intervals(store: EmbeddedDeltaStore) -> set[tuple]:
+    """user_lifecycle_state as (user, state, valid_from, valid_to), None for an open stretch."""
+    return {
+        (r.user_id, r.state, r.valid_from, None if r.valid_to == OPEN_END else r.valid_to)
+        for r in store.read(USER_LIFECYCLE_STATE).collect()
+    }
+
+
 def assert_lifecycle_equals_full_recompute(
     store: EmbeddedDeltaStore, *, start: date, session_days: list[tuple[str, date]]
 ) -> None:
-    """SPEC §4 from the start date through the latest batch, per user and in total."""
-    received = [date.fromisoformat(d) for d in store.row_counts(RAW_EVENTS)]
+    """SPEC §4 from the start date through the latest batch: the intervals, each user's state
+    on each day (the per-day view of the intervals), and the snapshot."""
+    end = max(date.fromisoformat(d) for d in store.row_counts(RAW_EVENTS))
     expected_states, expected_rows = lifecycle_reference(
-        session_days=session_days, start=start, end=max(received)
+        session_days=session_days, start=start, end=end
     )
+    assert intervals(store) == reference_intervals(expected_states, end=end)
+    by_day = states_by_day(store.read(USER_LIFECYCLE_STATE), first_date=start, last_date=end)
     states = {
         (r.snapshot_date, r.user_id): (r.state, r.state_since, r.days_in_state)
-        for r in store.read(USER_LIFECYCLE_STATE).collect()
+        for r in by_day.collect()
     }
     assert states == expected_states
     rows = sorted(
@@ -323,39 +337,107 @@ def test_quarantine_follows_late_bot_events(pipeline):
 
 
 def test_late_session_corrects_the_lifecycle_from_its_day_on(pipeline):
-    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00")])
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("w", "w", "2026-01-10 11:00")])
     pipeline.process(day(0))
     pipeline.land(day(3), [("b", "u", "2026-01-13 10:00"), ("c", "v", "2026-01-13 11:00")])
     pipeline.process(day(3))
-    assert pipeline.lifecycle(day(1)) == {"inactive": (1, 1, 0), "new": (0, 0, 1)}
+    assert pipeline.lifecycle(day(1)) == {"inactive": (2, 2, 0), "new": (0, 0, 2)}
+    before = intervals(pipeline.store)
     version = pipeline.store.version(USER_LIFECYCLE_SNAPSHOT)
 
-    # Received on day 4, happened on day 1: day 1 turns active, days 2..4 move with it.
+    # Received on day 4, happened on day 1: u turns active on day 1, days 2..4 move with it.
     pipeline.land(day(4), [("d", "u", "2026-01-11 12:00")])
     run = pipeline.process(day(4))
 
-    assert run.lifecycle is not None
-    assert (run.lifecycle.first_date, run.lifecycle.last_date) == (day(1), day(4))
-    assert pipeline.lifecycle(day(1)) == {"active": (1, 1, 0), "new": (0, 0, 1)}
-    assert pipeline.lifecycle(day(2)) == {"inactive": (1, 1, 0), "active": (0, 0, 1)}
-    assert pipeline.lifecycle(day(0)) == {"new": (1, 1, 0)}  # before the late day: kept
+    report = run.lifecycle
+    assert report is not None
+    # u from its late day, and the users whose current stretch runs out on day 4 (v: new on
+    # day 3); w stays inactive and is not restated.
+    assert report.users_restated == 2
+    assert report.users_changed == 2
+    after = intervals(pipeline.store)
+    assert before - after == {
+        ("u", "inactive", day(1), day(2)),
+        ("u", "active", day(3), None),
+        ("v", "new", day(3), None),
+    }
+    assert after - before == {
+        ("u", "active", day(1), day(1)),
+        ("u", "inactive", day(2), day(2)),
+        ("u", "active", day(3), day(3)),
+        ("u", "inactive", day(4), None),
+        ("v", "new", day(3), day(3)),
+        ("v", "inactive", day(4), None),
+    }
+    assert (report.intervals_removed, report.intervals_added) == (3, 6)
+    # The snapshot: the days whose counts move, and the new day. Day 3 counts the same (u is
+    # still active, having entered it from inactive), so it is not written; day 0 is kept.
+    assert report.days == [day(1), day(2), day(4)]
+    assert pipeline.lifecycle(day(1)) == {
+        "active": (1, 1, 0),
+        "inactive": (1, 1, 0),
+        "new": (0, 0, 2),
+    }
+    assert pipeline.lifecycle(day(2)) == {"inactive": (2, 1, 0), "active": (0, 0, 1)}
+    assert pipeline.lifecycle(day(0)) == {"new": (2, 2, 0)}
     assert pipeline.store.version(USER_LIFECYCLE_SNAPSHOT) == (version or 0) + 1  # one commit
+    pipeline.assert_equals_full_recompute()
+    # The README's query for one day's states, run by delta-rs on the table as it is.
+    table = DeltaTable(pipeline.store.uri(USER_LIFECYCLE_STATE))
+    got = (
+        QueryBuilder()
+        .register("user_lifecycle_state", table)
+        .execute(
+            "SELECT user_id, state, valid_from AS state_since, "
+            "DATE '2026-01-12' - valid_from + 1 AS days_in_state "
+            "FROM user_lifecycle_state WHERE DATE '2026-01-12' BETWEEN valid_from AND valid_to"
+        )
+        .read_all()
+    )
+    assert sorted(tuple(r.values()) for r in pa.table(got).to_pylist()) == [
+        ("u", "inactive", day(2), 1),
+        ("w", "inactive", day(1), 2),
+    ]
+
+
+def test_days_after_a_late_users_moves_keep_the_other_users_counts(pipeline):
+    """A late new user moves `users` on every later day, also on days with no move of theirs:
+    those days are written from their old counts (found by the property test)."""
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00")])
+    pipeline.process(day(0))
+    pipeline.land(day(3), [("b", "u", "2026-01-13 10:00")])
+    pipeline.process(day(3))
+    # w's first and only session is on day 1: new on 1, inactive from 2 (moves on 1 and 2).
+    pipeline.land(day(4), [("c", "w", "2026-01-11 09:00")])
+    run = pipeline.process(day(4))
+
+    assert run.lifecycle is not None and run.lifecycle.days == [day(1), day(2), day(3), day(4)]
+    assert pipeline.lifecycle(day(3)) == {"active": (1, 1, 0), "inactive": (1, 0, 1)}
     pipeline.assert_equals_full_recompute()
 
 
-def test_lifecycle_refuses_a_range_without_the_balance_before_it(pipeline, spark, settings):
-    from sessionize_assets.lake.store import LakeError
-    from sessionize_assets.pipeline.lifecycle import update_lifecycle
+def test_a_batch_that_touches_no_user_writes_no_interval_rows(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00")])
+    pipeline.process(day(0))
+    # 35 days on, u is churned; a batch of nothing but a copy of an old event moves no one.
+    for offset in (35, 36):
+        pipeline.land(day(offset), [("a", "u", "2026-01-10 10:00")])
+    pipeline.process(day(35))
+    rows = pipeline.store.read(USER_LIFECYCLE_STATE).count()
+    run = pipeline.process(day(36))
 
-    with pytest.raises(LakeError, match=r"user_lifecycle_snapshot has no 2026-01-09"):
-        update_lifecycle(
-            pipeline.store,
-            spark,
-            first_date=day(0),
-            last_date=day(1),
-            settings=settings,
-            run_id="x",
-        )
+    report = run.lifecycle
+    assert report is not None
+    assert (report.users_restated, report.users_changed) == (0, 0)
+    assert (report.intervals_added, report.intervals_removed, report.state_rows_written) == (
+        0,
+        0,
+        0,
+    )
+    assert pipeline.store.read(USER_LIFECYCLE_STATE).count() == rows
+    assert report.days == [day(36)]  # the new day's five rows, and nothing else
+    assert pipeline.lifecycle(day(36)) == {"churned": (1, 0, 0)}
+    pipeline.assert_equals_full_recompute()
 
 
 def test_full_refresh_rebuilds_from_raw_and_logs_no_change(pipeline, spark, settings):

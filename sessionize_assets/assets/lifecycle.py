@@ -1,8 +1,11 @@
 """sessions -> the user lifecycle accumulating snapshot (SPEC §4), by snapshot date."""
 
+from collections.abc import Iterator
 from datetime import date, timedelta
 
 from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     AssetMaterialization,
@@ -14,15 +17,18 @@ from dagster import (
     TimeWindowPartitionMapping,
     multi_asset,
 )
+from pyspark.sql import functions as F
 
 from sessionize_assets.assets.metadata import lake_asset_spec
-from sessionize_assets.lake.store import TableSpec
+from sessionize_assets.checks.definitions import check_result
+from sessionize_assets.checks.rules import snapshot_off_intervals, unbalanced_snapshot
+from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import days_between, previous_day_mapping
-from sessionize_assets.pipeline.lifecycle import update_lifecycle
+from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.lifecycle import STATES
+from sessionize_assets.transforms.lifecycle import OPEN_END, STATES
 
 TREND_DAYS = 14
 
@@ -39,7 +45,7 @@ def build_lifecycle_assets(
             description=description,
             group="lifecycle",
             layer="gold",
-            # Day D = day D-1 plus the sessions of D. Both tables depend on their own D-1 in
+            # Day D follows from day D-1 and the sessions of D. Both tables depend on their D-1 in
             # the same way: a backfill must target the same days of both (non-subsettable).
             deps=[
                 AssetDep("sessions", partition_mapping=sessions_mapping),
@@ -56,7 +62,9 @@ def build_lifecycle_assets(
         specs=[
             spec(
                 USER_LIFECYCLE_STATE,
-                "Each user's lifecycle state, since when and for how long, at the end of each day.",
+                "Each user's lifecycle as intervals: one row per stretch of days in one state "
+                "(valid_to 9999-12-31 while it lasts). A day's materialization counts the users "
+                "with a state that day.",
             ),
             spec(
                 USER_LIFECYCLE_SNAPSHOT,
@@ -64,32 +72,61 @@ def build_lifecycle_assets(
                 "each day, and how many entered and left each state.",
             ),
         ],
+        check_specs=[
+            AssetCheckSpec(
+                "snapshot_balances",
+                asset=USER_LIFECYCLE_SNAPSHOT.name,
+                description="Each day has the five states, and users = the day before + "
+                "entered - exited.",
+            ),
+            AssetCheckSpec(
+                "snapshot_matches_intervals",
+                asset=USER_LIFECYCLE_SNAPSHOT.name,
+                description="The last day's users per state are the current stretches in it.",
+            ),
+        ],
     )
     def user_lifecycle(context: AssetExecutionContext, lake: LakeResource):
-        """Advance the lifecycle from the day before the range, correcting every later day."""
+        """Restate the users whose sessions changed and move the snapshot days that change."""
         store = lake.store()
-        dates = [date.fromisoformat(key) for key in context.partition_keys]
+        through = date.fromisoformat(context.partition_keys[-1])
         report = update_lifecycle(
             store,
             lake.spark.session(),
-            first_date=dates[0],
-            last_date=dates[-1],
+            through=through,
             settings=settings,
             run_id=context.run.run_id,
         )
         context.log.info(
-            f"lifecycle: {len(dates)} days from {dates[0]} advanced from the day before; "
-            f"{report.state_rows} user-days"
+            f"lifecycle through {report.as_of}: {report.users_restated} users restated"
+            f"{' from the start' if report.restated_from_start else ''}, "
+            f"{report.users_changed} changed ({report.intervals_removed} interval rows removed, "
+            f"{report.intervals_added} added); snapshot days written: "
+            + (
+                f"{report.days[0]}..{report.days[-1]} ({len(report.days)})"
+                if report.days
+                else "none"
+            )
         )
-        # The trend of each day reaches back before the range: read it from the table.
-        trend = store.read_arrow(
+        # Every day the run was asked for, and every day it rewrote, is reported with its
+        # figures as they are in the table now (a day it did not need to change included, so a
+        # backfill sees each of its partitions materialized); the trend reaches further back.
+        asked = {date.fromisoformat(key) for key in context.partition_keys}
+        days = sorted(asked | set(report.days))
+        table = store.read_arrow(
             USER_LIFECYCLE_SNAPSHOT,
-            partitions=days_between(dates[0] - timedelta(days=TREND_DAYS), dates[-1]),
+            partitions=days_between(days[0] - timedelta(days=TREND_DAYS), days[-1]),
         ).to_pylist()
-        history = {(r["snapshot_date"], r["state"]): r["users"] for r in trend}
-        for day in dates:
-            figures = report.day(day)
+        counts = {
+            (r["snapshot_date"], r["state"]): (r["users"], r["entered"], r["exited"]) for r in table
+        }
+        history = {key: users for key, (users, _, _) in counts.items()}
+        rewritten = set(report.days)
+        for day in days:
+            figures = {state: counts.get((day, state), (0, 0, 0)) for state in STATES}
             on_hand = sum(users for users, _, _ in figures.values())
+            # One materialization per day, with that day's own figures: the Plots tab then
+            # shows users per state per day.
             yield AssetMaterialization(
                 asset_key=USER_LIFECYCLE_SNAPSHOT.name,
                 partition=day.isoformat(),
@@ -98,10 +135,10 @@ def build_lifecycle_assets(
                     "users_on_hand": on_hand,
                     "moves_in": sum(entered for _, entered, _ in figures.values()),
                     "moves_out": sum(exited for _, _, exited in figures.values()),
-                    "dagster/row_count": len(STATES),
+                    "rewritten": day in rewritten,
+                    "dagster/row_count": sum(1 for state in STATES if (day, state) in counts),
                     "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_SNAPSHOT)),
                     "delta_version": report.snapshot_version or 0,
-                    "corrected_from": dates[0].isoformat(),
                     "summary": MetadataValue.md(
                         _day_markdown(day, figures) + "\n\n" + _trend_markdown(history, day)
                     ),
@@ -111,13 +148,52 @@ def build_lifecycle_assets(
                 asset_key=USER_LIFECYCLE_STATE.name,
                 partition=day.isoformat(),
                 metadata={
-                    "dagster/row_count": on_hand,  # one state row per user
+                    # This day's rows in the per-user-per-day view (one per user).
+                    "users_with_a_state": on_hand,
+                    "rewritten": day in rewritten,
                     "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
                     "delta_version": report.state_version or 0,
+                    # What the run did to the intervals, on the latest day it reports.
+                    **(_run_figures(report) if day == days[-1] else {}),
                 },
             )
+        yield from _checks(store, report)
 
     return user_lifecycle
+
+
+def _run_figures(report: LifecycleReport) -> dict[str, int | bool]:
+    return {
+        "interval_rows": report.state_rows,
+        "users_restated": report.users_restated,
+        "restated_from_start": report.restated_from_start,
+        "users_changed": report.users_changed,
+        "interval_rows_added": report.intervals_added,
+        "interval_rows_removed": report.intervals_removed,
+        # Rows in the files the commit added: new rows and those a rewritten file carried.
+        "interval_rows_written": report.state_rows_written,
+        "interval_files_rewritten": report.state_files_rewritten,
+        "snapshot_days_written": len(report.days),
+    }
+
+
+def _checks(store: DeltaStore, report: LifecycleReport) -> Iterator[AssetCheckResult]:
+    """The snapshot checked as it is after the run: five rows a day, cheaper whole than scoped."""
+    snapshot = store.read(USER_LIFECYCLE_SNAPSHOT)
+    yield check_result(
+        unbalanced_snapshot(snapshot),
+        "days or states that do not balance",
+        check_name="snapshot_balances",
+        asset_key=USER_LIFECYCLE_SNAPSHOT.name,
+    )
+    last_day = snapshot.where(F.col("snapshot_date") == F.lit(report.as_of))
+    current = store.read(USER_LIFECYCLE_STATE, partitions=[OPEN_END])
+    yield check_result(
+        snapshot_off_intervals(last_day, current),
+        f"states whose {report.as_of} users differ from the current stretches",
+        check_name="snapshot_matches_intervals",
+        asset_key=USER_LIFECYCLE_SNAPSHOT.name,
+    )
 
 
 def _day_markdown(day: date, figures: dict[str, tuple[int, int, int]]) -> str:

@@ -1,11 +1,14 @@
 """Asset checks: the SPEC's invariants (`rules.py`), verified on the Delta tables as they are.
 
+The lifecycle's checks run inside its asset (`assets/lifecycle.py`), on what each run wrote.
+
 With a materialization a check reads what its run wrote; alone, the whole table (`scope.py`).
 """
 
 import math
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -24,7 +27,6 @@ from sessionize_assets.checks.rules import (
     overlapping_sessions,
     quarantine_mismatch,
     unaccounted_lines,
-    unbalanced_snapshot,
 )
 from sessionize_assets.checks.scope import (
     added_rows,
@@ -40,7 +42,6 @@ from sessionize_assets.lake.tables import (
     REJECTED_EVENTS,
     SESSION_QUARANTINE,
     SESSIONS,
-    USER_LIFECYCLE_SNAPSHOT,
 )
 from sessionize_assets.partitions import days_around
 from sessionize_assets.pipeline.keyed_reads import read_by_keys
@@ -51,8 +52,10 @@ from sessionize_assets.settings import Settings
 lake_check = partial(asset_check, required_resource_keys={"lake"})
 
 
-def _result(finding: Finding, what: str) -> AssetCheckResult:
+def check_result(finding: Finding, what: str, **kwargs: Any) -> AssetCheckResult:
+    """A check's outcome with its violation count and a sample (kwargs: check_name, ...)."""
     return AssetCheckResult(
+        **kwargs,
         passed=finding.passed,
         metadata={
             "violations": finding.violations,
@@ -76,7 +79,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         added = added_rows(context, lake_store, EVENTS)
         if added is None:
             dates = checked_dates(context, lake_store, EVENTS)
-            return _result(
+            return check_result(
                 duplicate_event_ids(lake_store.read(EVENTS, partitions=dates)),
                 "duplicated event ids",
             )
@@ -86,7 +89,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             lookup = read_by_keys(
                 lake_store, EVENTS, wanted=ids, key="event_id", columns=ids.columns
             )
-            return _result(duplicate_event_ids(lookup.rows), "duplicated event ids")
+            return check_result(duplicate_event_ids(lookup.rows), "duplicated event ids")
         finally:
             ids.unpersist()
 
@@ -99,11 +102,11 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             None if added is None else sessions_near(lake_store, added, before=reach, after=reach)
         )
         if near is not None:
-            return _result(overlapping_sessions(near), "overlapping sessions")
+            return check_result(overlapping_sessions(near), "overlapping sessions")
         dates = checked_dates(context, lake_store, SESSIONS)
         around = None if dates is None else days_around(dates, before=reach, after=reach)
         sessions = lake_store.read(SESSIONS, partitions=around)
-        return _result(overlapping_sessions(sessions, dates=dates), "overlapping sessions")
+        return check_result(overlapping_sessions(sessions, dates=dates), "overlapping sessions")
 
     @lake_check(
         asset="sessions",
@@ -116,7 +119,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             dates = checked_dates(context, lake_store, SESSIONS)
             sessions = lake_store.read(SESSIONS, partitions=dates)
         finding = malformed_sessions(sessions, max_length=settings.max_session_length)
-        return _result(finding, "malformed sessions")
+        return check_result(finding, "malformed sessions")
 
     @lake_check(
         asset="session_quarantine",
@@ -147,7 +150,9 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 sessions = near.join(F.broadcast(pairs.distinct()), on=pair, how="left_semi")
         if sessions is None:  # alone, or too many pairs to look up: the dates whole
             sessions = lake_store.read(SESSIONS, partitions=dates)
-        return _result(quarantine_mismatch(sessions, quarantine), "session ids in one place only")
+        return check_result(
+            quarantine_mismatch(sessions, quarantine), "session ids in one place only"
+        )
 
     @lake_check(
         asset="events",
@@ -170,19 +175,9 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             events = lake_store.read(EVENTS, partitions=dates)
             rejected = lake_store.read(REJECTED_EVENTS, partitions=batches).where(on_dates)
         finding = unaccounted_lines(raw, events, rejected)
-        return _result(finding, "inputs whose rows do not add up")
-
-    @lake_check(
-        asset=USER_LIFECYCLE_SNAPSHOT.name,
-        description="Each day has the five states, and users = the day before + entered - exited.",
-    )
-    def snapshot_balances(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        # Five rows a day: the whole snapshot is cheaper to check than to scope.
-        finding = unbalanced_snapshot(store(context).read(USER_LIFECYCLE_SNAPSHOT))
-        return _result(finding, "days or states that do not balance")
+        return check_result(finding, "inputs whose rows do not add up")
 
     return [
-        snapshot_balances,
         unique_event_ids,
         no_overlapping_sessions,
         sessions_well_formed,

@@ -121,3 +121,17 @@ def unbalanced_snapshot(snapshot: DataFrame) -> Finding:
     )
     bad = unbalanced.select("snapshot_date", "state").unionByName(incomplete)
     return _finding(bad, lambda r: f"{r.snapshot_date}: {r.state}")
+
+
+def snapshot_off_intervals(snapshot_day: DataFrame, current: DataFrame) -> Finding:
+    """The snapshot's last day counts, per state, the users whose current stretch is in it.
+
+    `snapshot_day` holds that day's five rows, `current` the open-ended interval rows.
+    """
+    held = current.groupBy("state").agg(F.count(F.lit(1)).alias("stretches"))
+    bad = (
+        snapshot_day.join(held, on="state", how="full_outer")
+        .where(~F.coalesce(F.col("users"), F.lit(0)).eqNullSafe(F.coalesce("stretches", F.lit(0))))
+        .select("state", "users", "stretches")
+    )
+    return _finding(bad, lambda r: f"{r.state}: {r.users} users, {r.stretches} current stretches")

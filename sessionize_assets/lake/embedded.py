@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Field, Schema
+from deltalake import DeltaTable, Field, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import (
     AddAction,
@@ -37,6 +37,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from sessionize_assets.lake.log_files import as_strings, file_partitions, files_in_range
 from sessionize_assets.lake.parquet_files import file_stats, stage_arrow
 from sessionize_assets.lake.store import (
+    AppTransaction,
     CommitInfo,
     FileChange,
     LakeError,
@@ -84,6 +85,10 @@ class EmbeddedDeltaStore:
     def version(self, spec: TableSpec) -> int | None:
         table = self._table(spec)
         return None if table is None else table.version()
+
+    def applied_version(self, spec: TableSpec, app_id: str) -> int | None:
+        table = self._table(spec)
+        return None if table is None else table.transaction_version(app_id)
 
     def history(self, spec: TableSpec, *, limit: int | None = None) -> list[dict[str, Any]]:
         table = self._table(spec)
@@ -265,7 +270,7 @@ class EmbeddedDeltaStore:
             spec,
             partitions,
             lambda staging: self._stage(spec, aligned, staging),
-            commit_metadata,
+            _properties(commit_metadata, ()),
         )
 
     def read_arrow(
@@ -290,6 +295,7 @@ class EmbeddedDeltaStore:
         *,
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
+        app_transactions: Sequence[AppTransaction] = (),
     ) -> CommitInfo:
         """`replace_partitions` for small bookkeeping rows built on the driver: no Spark job."""
         schema = to_arrow_schema(spec.schema)
@@ -298,7 +304,7 @@ class EmbeddedDeltaStore:
             spec,
             partitions,
             lambda staging: stage_arrow(spec, data, staging),
-            commit_metadata,
+            _properties(commit_metadata, app_transactions),
         )
 
     def _replace(
@@ -306,7 +312,7 @@ class EmbeddedDeltaStore:
         spec: TableSpec,
         partitions: Iterable[PartitionValue],
         stage: Callable[[Path], list[tuple[str, Path]]],
-        commit_metadata: Mapping[str, str] | None,
+        properties: CommitProperties,
     ) -> CommitInfo:
         targets = sorted({partition_string(p) for p in partitions})
         if not targets:
@@ -322,7 +328,7 @@ class EmbeddedDeltaStore:
                     f"partitions {targets[:5]}{'...' if len(targets) > 5 else ''}"
                 )
             adds = self._publish(spec, staged)
-            version, removed = self._commit(spec, adds, targets, commit_metadata)
+            version, removed = self._commit(spec, adds, targets, properties)
         except BaseException:
             self._discard(spec, staged)
             raise
@@ -363,6 +369,7 @@ class EmbeddedDeltaStore:
         drop_keys: DataFrame | None = None,
         files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
+        app_transactions: Sequence[AppTransaction] = (),
     ) -> CommitInfo:
         """Copy-on-write at file granularity: drop rows, add rows, one commit.
 
@@ -385,7 +392,7 @@ class EmbeddedDeltaStore:
             staged = self._stage(spec, new_rows, staging)
             try:
                 adds = self._publish(spec, staged)
-                if not adds and not touched:
+                if not adds and not touched and not app_transactions:
                     return CommitInfo(table=spec.name, version=table.version(), partitions=())
                 removes = [
                     RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
@@ -396,7 +403,7 @@ class EmbeddedDeltaStore:
                     mode="append",
                     schema=table.schema(),
                     partition_by=[spec.partition_by],
-                    commit_properties=CommitProperties(custom_metadata=dict(commit_metadata or {})),
+                    commit_properties=_properties(commit_metadata, app_transactions),
                 )
             except CommitFailedError as exc:
                 self._discard(spec, staged)
@@ -515,9 +522,8 @@ class EmbeddedDeltaStore:
         spec: TableSpec,
         adds: list[AddAction],
         targets: list[str],
-        commit_metadata: Mapping[str, str] | None,
+        properties: CommitProperties,
     ) -> tuple[int, int]:
-        properties = CommitProperties(custom_metadata=dict(commit_metadata or {}))
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             table = self._table(spec)
             if table is None:
@@ -548,6 +554,15 @@ class EmbeddedDeltaStore:
         for value, file in staged:
             for candidate in (file, root / f"{spec.partition_by}={value}" / file.name):
                 candidate.unlink(missing_ok=True)
+
+
+def _properties(
+    metadata: Mapping[str, str] | None, app_transactions: Sequence[AppTransaction]
+) -> CommitProperties:
+    return CommitProperties(
+        custom_metadata=dict(metadata or {}),
+        app_transactions=[Transaction(t.app_id, t.version) for t in app_transactions] or None,
+    )
 
 
 def _parquet_options(spec: TableSpec) -> dict[str, str]:

@@ -81,6 +81,19 @@ class FileChange:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AppTransaction:
+    """Delta's idempotent-commit marker (a `txn` action): `app_id` has applied up to `version`.
+
+    It is committed in the same atomic commit as the data it accounts for, so "what has this
+    table absorbed" is read from the table itself (`DeltaStore.applied_version`), never from a
+    run that may have died between two commits.
+    """
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class CommitInfo:
     """What one commit did; assets put it in their materialization metadata."""
 
@@ -138,8 +151,12 @@ class DeltaStore(Protocol):
         *,
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
+        app_transactions: Sequence[AppTransaction] = (),
     ) -> CommitInfo:
-        """`replace_partitions` for small bookkeeping rows built on the driver."""
+        """`replace_partitions` for small bookkeeping rows built on the driver.
+
+        `app_transactions` are recorded in the same commit.
+        """
         ...
 
     def merge(
@@ -167,12 +184,14 @@ class DeltaStore(Protocol):
         drop_keys: DataFrame | None = None,
         files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
+        app_transactions: Sequence[AppTransaction] = (),
     ) -> CommitInfo:
         """Drop matching rows in `partitions` and add `add()`'s rows in one commit.
 
         Only files holding dropped rows are rewritten; `files` (relative paths), when given,
         are the only ones searched for such rows. A concurrent change redoes the whole
-        rewrite from a fresh snapshot.
+        rewrite from a fresh snapshot. With `app_transactions`, the commit is made even when
+        no row changes: it then records only those markers.
         """
         ...
 
@@ -220,5 +239,9 @@ class DeltaStore(Protocol):
         ...
 
     def version(self, spec: TableSpec) -> int | None: ...
+
+    def applied_version(self, spec: TableSpec, app_id: str) -> int | None:
+        """The version the latest `AppTransaction` of `app_id` recorded (None: never)."""
+        ...
 
     def history(self, spec: TableSpec, *, limit: int | None = None) -> list[dict[str, Any]]: ...

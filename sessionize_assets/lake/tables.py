@@ -16,7 +16,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.store import TableSpec
-from sessionize_assets.transforms.lifecycle import SNAPSHOT_SCHEMA, STATE_SCHEMA
+from sessionize_assets.transforms.lifecycle import INTERVAL_SCHEMA, SNAPSHOT_SCHEMA
 
 # Rows per sessions file: the unit a late event's correction rewrites (see SESSIONS).
 SESSIONS_FILE_ROWS = 500
@@ -25,6 +25,8 @@ EVENTS_ROW_GROUP_BYTES = 4 * 1024 * 1024
 # The `event_id` bloom filter of a row group is sized for this many ids (32 KiB at 1% false
 # positives), with room above the rows a row group holds.
 EVENTS_BLOOM_FILTER_NDV = 20_000
+# Rows per user_lifecycle_state file: the unit a late session's interval correction rewrites.
+LIFECYCLE_STATE_FILE_ROWS = 1_000
 
 
 def _fields(*columns: tuple[str, DataType, bool, str]) -> StructType:
@@ -198,12 +200,19 @@ SESSION_CHANGES = TableSpec(
     ),
 )
 
+# Partitioned by the day a stretch ended: the current stretches (valid_to = OPEN_END) are one
+# small partition that each new day rewrites; a finished stretch is written once, into the day
+# it ended, and rewritten only when a late session changes it.
 USER_LIFECYCLE_STATE = TableSpec(
     name="user_lifecycle_state",
-    partition_by="snapshot_date",
-    sort_by=("user_id",),
-    description="Each user's lifecycle state at the end of each day: the snapshot's balance.",
-    schema=STATE_SCHEMA,
+    partition_by="valid_to",
+    sort_by=("user_id", "valid_from"),
+    file_rows=LIFECYCLE_STATE_FILE_ROWS,
+    description=(
+        "Each user's lifecycle as intervals: one row per stretch of days in one state "
+        "(valid_to = 9999-12-31 while it is current)."
+    ),
+    schema=INTERVAL_SCHEMA,
 )
 
 USER_LIFECYCLE_SNAPSHOT = TableSpec(

@@ -1,97 +1,380 @@
-"""sessions -> the user lifecycle accumulating snapshot, advanced from the day before."""
+"""sessions -> the user lifecycle: the intervals of the users a change touched, restated from
+their earliest changed day, and the snapshot moved by what those intervals gained and lost.
+
+What each table has absorbed is recorded in its own commits, as Delta `txn` actions
+(`AppTransaction`), so a run that died between two commits is completed by the next run,
+whatever range that one was asked for:
+- `user_lifecycle_state` records the `sessions` version it reflects and its as-of day;
+- `user_lifecycle_snapshot` records the `user_lifecycle_state` version its counts reflect.
+
+A run restates the users whose session days changed since that `sessions` version (from the
+Delta log of `sessions`: the files added and removed since), the users with sessions on the
+days the as-of day moves over, and the users whose current stretch runs out on those days
+(`inactive` -> `dormant` -> `churned`). Everyone else keeps their rows. The snapshot then moves
+by the interval rows added and removed since the version it reflects (from the Delta log of
+`user_lifecycle_state`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore, LakeError
+from sessionize_assets.lake.store import AppTransaction, DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import ONE_DAY, days_between
+from sessionize_assets.pipeline.keyed_reads import keys_by_partition, read_by_keys
+from sessionize_assets.pipeline.versions import signed_rows
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import (
-    STATE_SCHEMA,
-    STATES,
-    advance_lifecycle,
-    lifecycle_counts,
+    CHURNED_AFTER,
+    DORMANT_AFTER,
+    INACTIVE_AFTER,
+    INTERVAL_COLUMNS,
+    OPEN_END,
+    corrected_snapshot,
+    restate_intervals,
+    snapshot_moves,
 )
+
+# Delta application ids of the bookkeeping (see the module docstring).
+SESSIONS_ABSORBED = "sessionize.user_lifecycle_state.sessions_version"
+AS_OF = "sessionize.user_lifecycle_state.as_of"  # version: the day's proleptic ordinal
+STATE_ABSORBED = "sessionize.user_lifecycle_snapshot.state_version"
+# More removed (valid_to, user) pairs than this: the rewrite searches their partitions whole.
+PRUNING_PAIRS_LIMIT = 200_000
 
 
 @dataclass(kw_only=True)
 class LifecycleReport:
-    first_date: date
-    last_date: date
-    # (snapshot_date, state) -> (users, entered, exited), for every date of the range.
+    as_of: date
+    # Every snapshot day this run wrote, oldest first, and its (users, entered, exited).
+    days: list[date] = field(default_factory=list)
     counts: dict[tuple[date, str], tuple[int, int, int]] = field(default_factory=dict)
-    state_rows: int = 0
+    restated_from_start: bool = False  # no usable bookkeeping: every user was restated
+    users_restated: int = 0
+    users_changed: int = 0  # users with an interval row added or removed
+    intervals_added: int = 0
+    intervals_removed: int = 0
+    state_rows_written: int = 0  # rows in the files committed, carried rows included
+    state_files_rewritten: int = 0
+    state_rows: int = 0  # interval rows in the table after the run
     state_version: int | None = None
     snapshot_version: int | None = None
 
-    def day(self, snapshot_date: date) -> dict[str, tuple[int, int, int]]:
-        return {state: self.counts[(snapshot_date, state)] for state in STATES}
-
 
 def update_lifecycle(
+    store: DeltaStore, spark: SparkSession, *, through: date, settings: Settings, run_id: str
+) -> LifecycleReport:
+    """Bring the lifecycle up to date with `sessions`, its as-of day moved to `through` (it
+    never moves back), rewriting only the users and the snapshot days that change."""
+    if through < settings.start_date:
+        raise ValueError(f"lifecycle day {through} is before the start date {settings.start_date}")
+    tags = {"dagster_run_id": run_id, "asset": USER_LIFECYCLE_STATE.name}
+    absorbed = store.applied_version(USER_LIFECYCLE_STATE, SESSIONS_ABSORBED)
+    ordinal = store.applied_version(USER_LIFECYCLE_STATE, AS_OF)
+    previous_as_of = None if ordinal is None else date.fromordinal(ordinal)
+    as_of = through if previous_as_of is None else max(through, previous_as_of)
+    sessions_version = store.version(SESSIONS)
+    report = LifecycleReport(as_of=as_of)
+
+    anchors = None
+    if absorbed is not None and previous_as_of is not None and sessions_version is not None:
+        anchors = _anchors(
+            store,
+            spark,
+            absorbed=absorbed,
+            sessions_version=sessions_version,
+            previous_as_of=previous_as_of,
+            as_of=as_of,
+        )
+    if anchors is None:  # first run, or the sessions history since then is gone
+        report.restated_from_start = True
+        anchors = (
+            store.read(SESSIONS, partitions=days_between(settings.start_date, as_of))
+            .select("user_id")
+            .unionByName(store.read(USER_LIFECYCLE_STATE).select("user_id"))
+            .distinct()
+            .withColumn("anchor", F.lit(settings.start_date))
+        )
+    anchors = anchors.persist(StorageLevel.MEMORY_AND_DISK)
+    frames: list[DataFrame] = [anchors]
+    try:
+        scope = anchors.agg(F.count(F.lit(1)), F.min("anchor")).first()
+        report.users_restated = scope[0]
+        if scope[0]:
+            earliest: date = scope[1]
+            old = _old_intervals(store, anchors, earliest=earliest, previous_as_of=previous_as_of)
+            frames.append(old)
+            removed, added = _restate(store, anchors, old, report, earliest=earliest, as_of=as_of)
+            frames += [removed, added]
+            _commit_intervals(
+                store,
+                removed,
+                added,
+                report,
+                tags=tags,
+                transactions=_marks(sessions_version, as_of),
+            )
+        elif (absorbed, previous_as_of) != (sessions_version, as_of):
+            # Nothing to restate: record what was absorbed, with no row.
+            store.rewrite(
+                USER_LIFECYCLE_STATE,
+                add=lambda: spark.createDataFrame([], USER_LIFECYCLE_STATE.schema),
+                commit_metadata=tags,
+                app_transactions=_marks(sessions_version, as_of),
+            )
+    finally:
+        for frame in frames:
+            frame.unpersist()
+    _move_snapshot(store, spark, report, settings=settings, run_id=run_id)
+    report.state_version = store.version(USER_LIFECYCLE_STATE)
+    report.snapshot_version = store.version(USER_LIFECYCLE_SNAPSHOT)
+    report.state_rows = sum(store.row_counts(USER_LIFECYCLE_STATE).values())
+    return report
+
+
+def _marks(sessions_version: int | None, as_of: date) -> list[AppTransaction]:
+    marks = [AppTransaction(app_id=AS_OF, version=as_of.toordinal())]
+    if sessions_version is not None:
+        marks.append(AppTransaction(app_id=SESSIONS_ABSORBED, version=sessions_version))
+    return marks
+
+
+def _anchors(
     store: DeltaStore,
     spark: SparkSession,
     *,
-    first_date: date,
-    last_date: date,
+    absorbed: int,
+    sessions_version: int,
+    previous_as_of: date,
+    as_of: date,
+) -> DataFrame | None:
+    """(user_id, anchor): each user whose intervals can change, from the earliest day that can.
+
+    None when the sessions history since `absorbed` is no longer available.
+    """
+    changed = _changed_session_days(store, spark, since=absorbed, through=sessions_version)
+    if changed is None:
+        return None
+    parts = [
+        changed.where(F.col("session_date") <= F.lit(as_of)).select(
+            "user_id", F.col("session_date").alias("anchor")
+        )
+    ]
+    if as_of > previous_as_of:
+        moved_over = days_between(previous_as_of + ONE_DAY, as_of)
+        after = F.lit(previous_as_of + ONE_DAY).alias("anchor")
+        # Users with a session on the days the as-of day moves over ...
+        parts.append(store.read(SESSIONS, partitions=moved_over).select("user_id", after))
+        # ... and those whose current stretch runs out on them (idle states move on by time).
+        current = store.read(USER_LIFECYCLE_STATE, partitions=[OPEN_END])
+        parts.append(
+            current.where(_runs_out(previous_as_of) < F.lit(as_of)).select("user_id", after)
+        )
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return union.groupBy("user_id").agg(F.min("anchor").alias("anchor"))
+
+
+def _runs_out(previous_as_of: date) -> Column:
+    """The last day of a current stretch if no session comes (far future for `churned`)."""
+    state, since = F.col("state"), F.col("valid_from")
+    return (
+        F.when(state.isin("new", "active"), F.lit(previous_as_of))
+        .when(state == "inactive", F.date_add(since, DORMANT_AFTER - INACTIVE_AFTER - 1))
+        .when(state == "dormant", F.date_add(since, CHURNED_AFTER - DORMANT_AFTER - 1))
+        .otherwise(F.lit(OPEN_END))
+    )
+
+
+def _changed_session_days(
+    store: DeltaStore, spark: SparkSession, *, since: int, through: int
+) -> DataFrame | None:
+    """(user_id, session_date) pairs whose sessions changed between the two versions (a pair
+    whose count of sessions did not change keeps its day: superfluous for the lifecycle)."""
+    rows = signed_rows(store, spark, SESSIONS, since=since, through=through)
+    if rows is None:
+        return None
+    return (
+        rows.groupBy("user_id", "session_date")
+        .agg(F.sum("sign").alias("net"))
+        .where(F.col("net") != 0)
+        .select("user_id", "session_date")
+    )
+
+
+def _old_intervals(
+    store: DeltaStore, anchors: DataFrame, *, earliest: date, previous_as_of: date | None
+) -> DataFrame:
+    """The anchored users' intervals that end on or after the day before their anchor, with
+    the anchor: from the partitions of the days since `earliest` - 1 and the current one."""
+    if previous_as_of is None:
+        partitions: list[date] = [OPEN_END]
+        rows = store.read(USER_LIFECYCLE_STATE)
+    else:
+        partitions = [*days_between(earliest - ONE_DAY, previous_as_of), OPEN_END]
+        rows = store.read(USER_LIFECYCLE_STATE, partitions=partitions)
+    return (
+        rows.join(F.broadcast(anchors), on="user_id")
+        .where(F.col("valid_to") >= F.date_sub("anchor", 1))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+
+
+def _restate(
+    store: DeltaStore,
+    anchors: DataFrame,
+    old: DataFrame,
+    report: LifecycleReport,
+    *,
+    earliest: date,
+    as_of: date,
+) -> tuple[DataFrame, DataFrame]:
+    """(removed, added): the anchored users' interval rows that are gone, and the new ones,
+    both cached, with their counts in `report`."""
+    prior = old.where(F.col("valid_from") <= F.date_sub("anchor", 1)).select(
+        "user_id", F.col("state").alias("prior_state"), F.col("valid_from").alias("prior_from")
+    )
+    balances = anchors.join(prior, on="user_id", how="left")
+    # Each anchored user's session days from the anchor, read by user (Parquet skips the
+    # row groups of other users) on the dates where few are wanted.
+    wanted = (
+        anchors.select(
+            "user_id",
+            F.explode(F.sequence("anchor", F.lit(as_of))).alias("session_date"),
+        )
+        .where(F.col("session_date") >= F.lit(earliest))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        session_days = read_by_keys(
+            store, SESSIONS, wanted=wanted, key="user_id", columns=["user_id", "session_date"]
+        ).rows
+        new = restate_intervals(balances=balances, session_days=session_days, as_of=as_of).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        before = old.select(*INTERVAL_COLUMNS)
+        removed = before.join(new, on=INTERVAL_COLUMNS, how="left_anti")
+        added = new.join(before, on=INTERVAL_COLUMNS, how="left_anti")
+        removed = removed.persist(StorageLevel.MEMORY_AND_DISK)
+        added = added.persist(StorageLevel.MEMORY_AND_DISK)
+        # One job computes (and caches) both sides while their inputs are cached.
+        stats = (
+            removed.select("user_id", F.lit(-1).alias("sign"))
+            .unionByName(added.select("user_id", F.lit(1).alias("sign")))
+            .agg(
+                F.count(F.when(F.col("sign") > 0, 1)),
+                F.count(F.when(F.col("sign") < 0, 1)),
+                F.countDistinct("user_id"),
+            )
+            .first()
+        )
+        report.intervals_added, report.intervals_removed, report.users_changed = stats
+    finally:
+        wanted.unpersist()
+    new.unpersist()
+    return removed, added
+
+
+def _commit_intervals(
+    store: DeltaStore,
+    removed: DataFrame,
+    added: DataFrame,
+    report: LifecycleReport,
+    *,
+    tags: dict[str, str],
+    transactions: list[AppTransaction],
+) -> None:
+    """One commit: the removed rows dropped (only the files holding them are rewritten), the
+    added ones appended, and the bookkeeping marks."""
+    spec: TableSpec = USER_LIFECYCLE_STATE
+    by_partition = keys_by_partition(
+        removed, partition="valid_to", key="user_id", limit=PRUNING_PAIRS_LIMIT
+    )
+    if by_partition is None:
+        partitions = sorted({r[0] for r in removed.select("valid_to").distinct().collect()})
+        files = None
+    else:
+        partitions = sorted(by_partition)
+        files = store.files_with_values(spec, column="user_id", values=by_partition)
+    commit = store.rewrite(
+        spec,
+        partitions=partitions,
+        drop_keys=removed if report.intervals_removed else None,
+        files=files,
+        add=lambda: added,
+        commit_metadata=tags,
+        app_transactions=transactions,
+    )
+    report.state_rows_written = commit.rows_written
+    report.state_files_rewritten = commit.files_removed
+
+
+def _move_snapshot(
+    store: DeltaStore,
+    spark: SparkSession,
+    report: LifecycleReport,
+    *,
     settings: Settings,
     run_id: str,
-) -> LifecycleReport:
-    """Advance the user lifecycle from the balance at first_date - 1 through last_date.
-
-    Every date of the range is replaced (a late session at X moves every later day), in one
-    commit per table: the per-user states, then the snapshot counts built from them.
-    """
-    if first_date < settings.start_date or last_date < first_date:
-        raise ValueError(
-            f"lifecycle range {first_date}..{last_date} must start on or after "
-            f"{settings.start_date} and not end before it starts"
-        )
-    dates = days_between(first_date, last_date)
-    day_before = first_date - ONE_DAY
-    if first_date == settings.start_date:
-        previous = spark.createDataFrame([], STATE_SCHEMA)
-    elif not store.row_counts(USER_LIFECYCLE_SNAPSHOT, partitions=[day_before]):
-        raise LakeError(
-            f"{USER_LIFECYCLE_SNAPSHOT.name} has no {day_before}, the balance {first_date} "
-            f"starts from: materialize the snapshot from its first missing date instead"
-        )
-    else:
-        previous = store.read(USER_LIFECYCLE_STATE, partitions=[day_before])
-    session_days = store.read(SESSIONS, partitions=dates).select("user_id", "session_date")
-    tags = {"dagster_run_id": run_id, "asset": USER_LIFECYCLE_SNAPSHOT.name}
-    states = advance_lifecycle(
-        previous=previous, session_days=session_days, first_date=first_date, last_date=last_date
+) -> None:
+    """Write the snapshot days that the interval rows committed since its version change, and
+    the days up to the as-of day, in one commit that records the state version it reflects."""
+    state_version = store.version(USER_LIFECYCLE_STATE)
+    reflected = store.applied_version(USER_LIFECYCLE_SNAPSHOT, STATE_ABSORBED)
+    days_held = sorted(date.fromisoformat(d) for d in store.row_counts(USER_LIFECYCLE_SNAPSHOT))
+    old_last = days_held[-1] if days_held else None
+    signed = (
+        None
+        if reflected is None or state_version is None
+        else signed_rows(store, spark, USER_LIFECYCLE_STATE, since=reflected, through=state_version)
     )
-    state_commit = store.replace_partitions(
-        USER_LIFECYCLE_STATE, states, partitions=dates, commit_metadata=tags
+    if signed is None:  # no usable bookkeeping: count every interval from an empty snapshot
+        old_last = None
+        signed = store.read(USER_LIFECYCLE_STATE).withColumn("sign", F.lit(1))
+    moves = {
+        (r["day"], r["state"]): (int(r["begins"]), int(r["ends"]))
+        for r in snapshot_moves(signed).collect()
+    }
+    moved_days = sorted({day for day, _ in moves})
+    old: dict[tuple[date, str], tuple[int, int, int]] = {}
+    if old_last is not None:
+        # Every day from the first move on can change (users move by a running sum).
+        wanted = days_between(min([*moved_days, old_last]), old_last)
+        for row in store.read_arrow(USER_LIFECYCLE_SNAPSHOT, partitions=wanted).to_pylist():
+            old[(row["snapshot_date"], row["state"])] = (
+                row["users"],
+                row["entered"],
+                row["exited"],
+            )
+    rows = corrected_snapshot(
+        old=old, old_last=old_last, moves=moves, start=settings.start_date, as_of=report.as_of
     )
-    # Counted from what was committed, so the two tables agree row for row.
-    counts = lifecycle_counts(
-        states=store.read(USER_LIFECYCLE_STATE, partitions=dates),
-        previous=previous,
-        first_date=first_date,
-        last_date=last_date,
-    ).toArrow()
-    snapshot_commit = store.replace_partitions_arrow(
-        USER_LIFECYCLE_SNAPSHOT, counts, partitions=dates, commit_metadata=tags
+    days = sorted({day for day, _ in rows})
+    if not days:  # nothing moved: a later run counts from the same version
+        return
+    store.replace_partitions_arrow(
+        USER_LIFECYCLE_SNAPSHOT,
+        pa.Table.from_pylist(
+            [
+                {"snapshot_date": d, "state": s, "users": u, "entered": e, "exited": x}
+                for (d, s), (u, e, x) in sorted(rows.items())
+            ]
+        ),
+        partitions=days,
+        commit_metadata={"dagster_run_id": run_id, "asset": USER_LIFECYCLE_SNAPSHOT.name},
+        app_transactions=(
+            []
+            if state_version is None
+            else [AppTransaction(app_id=STATE_ABSORBED, version=state_version)]
+        ),
     )
-    report = LifecycleReport(
-        first_date=first_date,
-        last_date=last_date,
-        state_rows=sum(store.row_counts(USER_LIFECYCLE_STATE, partitions=dates).values()),
-        state_version=state_commit.version,
-        snapshot_version=snapshot_commit.version,
-    )
-    for row in counts.to_pylist():
-        report.counts[(row["snapshot_date"], row["state"])] = (
-            row["users"],
-            row["entered"],
-            row["exited"],
-        )
-    return report
+    report.days = days
+    report.counts = rows

@@ -1,4 +1,5 @@
-"""SPEC §4 rules on the pure lifecycle transform, and its accumulation against a full recompute."""
+"""SPEC §4 rules on the pure lifecycle transforms: intervals restated from an anchor, and the
+snapshot moved by the interval rows that change, against a from-scratch reference."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ from datetime import date, timedelta
 import pytest
 
 from sessionize_assets.transforms.lifecycle import (
-    SNAPSHOT_SCHEMA,
-    STATE_SCHEMA,
+    INTERVAL_SCHEMA,
+    OPEN_END,
     STATES,
-    advance_lifecycle,
-    lifecycle_counts,
+    corrected_snapshot,
+    restate_intervals,
+    snapshot_moves,
+    states_by_day,
 )
-from sessionize_tests.lifecycle_reference import lifecycle_reference
+from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 
 S = date(2026, 1, 1)
+SESSION_DAYS = "user_id string, session_date date"
+BALANCES = "user_id string, anchor date, prior_state string, prior_from date"
 
 
 def d(n: int) -> date:
@@ -24,126 +29,94 @@ def d(n: int) -> date:
     return S + timedelta(days=n)
 
 
-def run(spark, sessions, first, last, previous=()):
-    """States and counts for first..last from `previous` rows (states cached: one shuffle each)."""
-    prev = spark.createDataFrame(list(previous), STATE_SCHEMA)
-    days = spark.createDataFrame(list(sessions), "user_id string, session_date date")
-    states = advance_lifecycle(
-        previous=prev, session_days=days, first_date=first, last_date=last
-    ).cache()
-    try:
-        state_rows = sorted(states.collect(), key=lambda r: (r.snapshot_date, r.user_id))
-        counts = lifecycle_counts(states=states, previous=prev, first_date=first, last_date=last)
-        count_rows = sorted(tuple(r) for r in counts.collect())
-    finally:
-        states.unpersist()
-    return state_rows, count_rows
-
-
-def ages(state_rows):
+def as_sets(rows) -> set[tuple]:
+    """Interval rows as (user, state, valid_from, valid_to), None for an open stretch."""
     return {
-        (r.snapshot_date, r.user_id): (r.state, r.state_since, r.days_in_state) for r in state_rows
+        (r.user_id, r.state, r.valid_from, None if r.valid_to == OPEN_END else r.valid_to)
+        for r in rows
     }
 
 
-def moves(count_rows, day):
-    """{state: (users, entered, exited)} for one day, zero rows left out."""
-    return {s: tuple(rest) for (dd, s, *rest) in count_rows if dd == day and any(rest)}
+def restate(spark, sessions, as_of, balances=None):
+    """Intervals of every user in `sessions` from day 0, or of the users in `balances`."""
+    if balances is None:
+        balances = [(u, S, None, None) for u in sorted({u for u, _ in sessions})]
+    frame = restate_intervals(
+        balances=spark.createDataFrame(balances, BALANCES),
+        session_days=spark.createDataFrame(list(sessions), SESSION_DAYS),
+        as_of=as_of,
+    )
+    return frame.collect()
 
 
-def test_first_day_is_new_then_active_the_next(spark):
-    states, counts = run(spark, [("u", d(0)), ("u", d(1)), ("u", d(1)), ("v", d(1))], d(0), d(1))
-    assert ages(states) == {
-        (d(0), "u"): ("new", d(0), 1),
-        (d(1), "u"): ("active", d(1), 1),
-        (d(1), "v"): ("new", d(1), 1),
+def _moves(rows, sign, into):
+    """Add the (begins, ends) of interval tuples `rows`, each counted `sign` times."""
+    for _, state, since, until in rows:
+        begins, ends = into.get((since, state), (0, 0))
+        into[(since, state)] = (begins + sign, ends)
+        if until is not None:
+            key = (until + timedelta(days=1), state)
+            begins, ends = into.get(key, (0, 0))
+            into[key] = (begins, ends + sign)
+    return into
+
+
+def snapshot_from(rows, *, as_of):
+    """The snapshot of interval tuples `rows`, counted from an empty one."""
+    return corrected_snapshot(
+        old={}, old_last=None, moves=_moves(rows, 1, {}), start=S, as_of=as_of
+    )
+
+
+def as_rows(counts) -> list[tuple]:
+    return sorted((day, state, *values) for (day, state), values in counts.items())
+
+
+def test_first_day_is_new_then_active_then_idle_states_follow_by_time(spark):
+    sessions = [("u", d(0)), ("u", d(1)), ("u", d(1)), ("u", d(2)), ("r", d(5)), ("r", d(40))]
+    assert as_sets(restate(spark, sessions, d(45))) == {
+        ("u", "new", d(0), d(0)),
+        ("u", "active", d(1), d(2)),  # consecutive session days are one stretch
+        ("u", "inactive", d(3), d(8)),
+        ("u", "dormant", d(9), d(31)),
+        ("u", "churned", d(32), None),
+        ("r", "new", d(5), d(5)),
+        ("r", "inactive", d(6), d(11)),
+        ("r", "dormant", d(12), d(34)),
+        ("r", "churned", d(35), d(39)),
+        ("r", "active", d(40), d(40)),
+        ("r", "inactive", d(41), None),  # covers the as-of day: open
     }
-    assert {(r.user_id, r.first_session_date, r.last_session_date) for r in states} == {
-        ("u", d(0), d(0)),
-        ("u", d(0), d(1)),
-        ("v", d(1), d(1)),
+
+
+def test_a_stretch_before_the_anchor_continues_or_ends_the_day_before(spark):
+    balances = [
+        # dormant since day 2 (last session day -5): still dormant, then churned on day 25
+        ("u", d(10), "dormant", d(2)),
+        # active since day 8: a session on the anchor continues the stretch
+        ("a", d(10), "active", d(8)),
+        # inactive since day 9 (session on day 8): a session on day 10 ends it on day 9
+        ("i", d(10), "inactive", d(9)),
+        # no stretch before: first session on day 12 is `new`
+        ("n", d(10), None, None),
+        # no stretch before and no session: no interval at all
+        ("z", d(10), None, None),
+    ]
+    sessions = [("a", d(10)), ("i", d(10)), ("n", d(12)), ("n", d(3)), ("x", d(11))]
+    assert as_sets(restate(spark, sessions, d(30), balances)) == {
+        ("u", "dormant", d(2), d(24)),
+        ("u", "churned", d(25), None),
+        ("a", "active", d(8), d(10)),
+        ("a", "inactive", d(11), d(16)),
+        ("a", "dormant", d(17), None),
+        ("i", "inactive", d(9), d(9)),
+        ("i", "active", d(10), d(10)),
+        ("i", "inactive", d(11), d(16)),
+        ("i", "dormant", d(17), None),
+        ("n", "new", d(12), d(12)),
+        ("n", "inactive", d(13), d(18)),
+        ("n", "dormant", d(19), None),
     }
-    assert moves(counts, d(0)) == {"new": (1, 1, 0)}
-    assert moves(counts, d(1)) == {"new": (1, 1, 1), "active": (1, 1, 0)}
-
-
-def test_idle_days_move_inactive_dormant_churned_and_back(spark):
-    # u: one session on day 0 then nothing; r: new on day 5, churns, returns on day 40
-    states, counts = run(spark, [("u", d(0)), ("r", d(5)), ("r", d(40))], d(0), d(41))
-    by_day = ages(states)
-    assert [by_day[(d(n), "u")] for n in (1, 6, 7, 29, 30, 31, 41)] == [
-        ("inactive", d(1), 1),
-        ("inactive", d(1), 6),
-        ("dormant", d(7), 1),
-        ("dormant", d(7), 23),
-        ("churned", d(30), 1),
-        ("churned", d(30), 2),
-        ("churned", d(30), 12),
-    ]
-    assert [by_day[(d(n), "r")] for n in (34, 35, 39, 40, 41)] == [
-        ("dormant", d(12), 23),
-        ("churned", d(35), 1),
-        ("churned", d(35), 5),
-        ("active", d(40), 1),
-        ("inactive", d(41), 1),
-    ]
-    assert {r.last_session_date for r in states if r.user_id == "u"} == {d(0)}
-    assert (d(4), "r") not in by_day
-    assert moves(counts, d(1)) == {"new": (0, 0, 1), "inactive": (1, 1, 0)}
-    assert moves(counts, d(6)) == {"inactive": (2, 1, 0), "new": (0, 0, 1)}
-    assert moves(counts, d(7)) == {"inactive": (1, 0, 1), "dormant": (1, 1, 0)}
-    assert moves(counts, d(30)) == {"dormant": (1, 0, 1), "churned": (1, 1, 0)}
-    assert moves(counts, d(40)) == {"churned": (1, 0, 1), "active": (1, 1, 0)}
-    assert moves(counts, d(41)) == {
-        "churned": (1, 0, 0),
-        "active": (0, 0, 1),
-        "inactive": (1, 1, 0),
-    }
-    assert [(day, s) for day, s, *_ in counts] == [
-        (d(n), s) for n in range(42) for s in sorted(STATES)
-    ]
-
-
-def test_age_in_state_continues_from_the_previous_balance(spark):
-    previous = [
-        # dormant since day -3 (idle 7 then), 3 days in state at day -1
-        (d(-1), "u", "dormant", d(-20), d(-10), d(-3), 3),
-        # active on day -1, and again on day 0: one run
-        (d(-1), "a", "active", d(-5), d(-1), d(-2), 2),
-        # inactive on day -1, active on day 0: a new run
-        (d(-1), "i", "inactive", d(-5), d(-2), d(-1), 1),
-        # another day's row of `previous` is not the balance and is ignored
-        (d(-2), "x", "new", d(-2), d(-2), d(-2), 1),
-    ]
-    states, counts = run(spark, [("a", d(0)), ("i", d(0))], d(0), d(20), previous)
-    by_day = ages(states)
-    assert by_day[(d(0), "u")] == ("dormant", d(-3), 4)
-    assert by_day[(d(19), "u")] == ("dormant", d(-3), 23)
-    assert by_day[(d(20), "u")] == ("churned", d(20), 1)
-    assert by_day[(d(0), "a")] == ("active", d(-2), 3)
-    assert by_day[(d(1), "a")] == ("inactive", d(1), 1)
-    assert by_day[(d(0), "i")] == ("active", d(0), 1)
-    assert {u for _, u in by_day} == {"u", "a", "i"}
-    first = {
-        r.user_id: (r.first_session_date, r.last_session_date)
-        for r in states
-        if r.snapshot_date == d(5)
-    }
-    assert first == {"u": (d(-20), d(-10)), "a": (d(-5), d(0)), "i": (d(-5), d(0))}
-    assert moves(counts, d(0)) == {"dormant": (1, 0, 0), "active": (2, 1, 0), "inactive": (0, 0, 1)}
-
-
-def test_every_day_has_five_rows_even_with_no_users(spark):
-    states, counts = run(spark, [], d(0), d(2))
-    assert states == []
-    assert counts == [(d(n), s, 0, 0, 0) for n in range(3) for s in sorted(STATES)]
-    assert [f.name for f in SNAPSHOT_SCHEMA] == [
-        "snapshot_date",
-        "state",
-        "users",
-        "entered",
-        "exited",
-    ]
 
 
 def random_sessions(seed: int, *, users: int = 8, days: int = 45) -> list[tuple[str, date]]:
@@ -166,72 +139,101 @@ def random_sessions(seed: int, *, users: int = 8, days: int = 45) -> list[tuple[
     return out
 
 
-def check_against_reference(states, counts, sessions, first, last):
-    want_states, want_counts = lifecycle_reference(session_days=sessions, start=first, end=last)
-    assert ages(states) == want_states
-    assert counts == want_counts
-
-
 SEEDS = [1, 7, 19, 42, 2026]
 N = 45
 
 
-@pytest.fixture(scope="module")
-def whole(spark):
-    """States and counts of days 0..N-1 in one call, per seed, computed once for the module."""
-    done = {}
-
-    def get(seed):
-        if seed not in done:
-            done[seed] = run(spark, random_sessions(seed, days=N), d(0), d(N - 1))
-        return done[seed]
-
-    return get
-
-
 @pytest.mark.parametrize("seed", SEEDS)
-def test_matches_a_full_recompute(whole, seed):
-    states, counts = whole(seed)
-    assert {"new", "active", "inactive", "dormant", "churned"} == {r.state for r in states}
-    check_against_reference(states, counts, random_sessions(seed, days=N), d(0), d(N - 1))
+def test_intervals_and_snapshot_from_scratch_match_a_full_recompute(spark, seed):
+    sessions = random_sessions(seed, days=N)
+    states, snapshot = lifecycle_reference(session_days=sessions, start=S, end=d(N - 1))
+    intervals = as_sets(restate(spark, sessions, d(N - 1)))
+    assert {"new", "active", "inactive", "dormant", "churned"} == {s for _, s, _, _ in intervals}
+    assert intervals == reference_intervals(states, end=d(N - 1))
+    assert as_rows(snapshot_from(intervals, as_of=d(N - 1))) == snapshot
 
 
-def test_advancing_in_two_steps_equals_one(spark, whole):
-    sessions = random_sessions(SEEDS[0], days=N)
-    k = 17
-    whole_states, whole_counts = whole(SEEDS[0])
-    head_states, head_counts = run(spark, sessions, d(0), d(k - 1))
-    balance = [r for r in head_states if r.snapshot_date == d(k - 1)]
-    tail_states, tail_counts = run(spark, sessions, d(k), d(N - 1), balance)
-    assert head_states + tail_states == whole_states
-    assert sorted(head_counts + tail_counts) == whole_counts
-
-
-def test_a_late_session_corrects_every_later_day(spark, whole):
+def test_a_late_session_moves_only_the_changed_stretches_and_days(spark):
     sessions = random_sessions(SEEDS[1], days=N)
-    states, counts = whole(SEEDS[1])
+    end = d(N - 1)
+    before = as_sets(restate(spark, sessions, end))
+    old = snapshot_from(before, as_of=end)
     x = 20
     late = [*sessions, ("u0", d(x)), ("late", d(x))]
-    balance = [r for r in states if r.snapshot_date == d(x - 1)]
-    new_states, new_counts = run(spark, late, d(x), d(N - 1), balance)
-    kept_states = [r for r in states if r.snapshot_date < d(x)]
-    kept_counts = [r for r in counts if r[0] < d(x)]
-    assert new_states != [r for r in states if r.snapshot_date >= d(x)]
-    check_against_reference(
-        kept_states + new_states, sorted(kept_counts + new_counts), late, d(0), d(N - 1)
+    # The touched users from the late day, continuing the stretch that covers the day before.
+    balances = [("late", d(x), None, None)] + [
+        ("u0", d(x), state, since)
+        for user, state, since, until in before
+        if user == "u0" and since <= d(x - 1) and (until is None or until >= d(x - 1))
+    ]
+    restated = as_sets(restate(spark, late, end, balances))
+    kept_before = {
+        i for i in before if i[0] in ("u0", "late") and i[3] is not None and i[3] < d(x - 1)
+    }
+    old_rows = {i for i in before if i[0] in ("u0", "late")} - kept_before
+    removed, added = old_rows - restated, restated - old_rows
+    after = (before - removed) | added
+    states, snapshot = lifecycle_reference(session_days=late, start=S, end=end)
+    assert after == reference_intervals(states, end=end)
+    # The snapshot, moved by what changed from the old one: only days from x on are written.
+    moves = _moves(removed, -1, _moves(added, 1, {}))
+    corrected = corrected_snapshot(old=old, old_last=end, moves=moves, start=S, as_of=end)
+    assert min(day for day, _ in corrected) == d(x)
+    merged = {**old, **corrected}
+    assert as_rows(merged) == snapshot
+
+
+def test_new_days_start_from_the_last_day_and_move_by_what_changed(spark):
+    sessions = random_sessions(SEEDS[2], days=N)
+    k = 30
+    head = as_sets(restate(spark, sessions, d(k)))
+    old = snapshot_from(head, as_of=d(k))
+    whole = as_sets(restate(spark, sessions, d(N - 1)))
+    moves = _moves(head - whole, -1, _moves(whole - head, 1, {}))
+    corrected = corrected_snapshot(old=old, old_last=d(k), moves=moves, start=S, as_of=d(N - 1))
+    assert {day for day, _ in corrected} >= {d(n) for n in range(k + 1, N)}
+    _, snapshot = lifecycle_reference(session_days=sessions, start=S, end=d(N - 1))
+    assert as_rows({**old, **corrected}) == snapshot
+
+
+def test_nothing_moved_writes_nothing_and_every_new_day_has_five_rows():
+    assert corrected_snapshot(old={}, old_last=d(3), moves={}, start=S, as_of=d(3)) == {}
+    assert as_rows(corrected_snapshot(old={}, old_last=None, moves={}, start=S, as_of=d(2))) == [
+        (d(n), s, 0, 0, 0) for n in range(3) for s in sorted(STATES)
+    ]
+
+
+def test_snapshot_moves_cancel_rows_carried_by_a_rewrite(spark):
+    carried = ("u", "inactive", d(3), d(8))
+    rows = [
+        (*carried, -1),
+        (*carried, 1),
+        ("v", "churned", d(4), OPEN_END, -1),
+        ("v", "churned", d(4), d(9), 1),
+        ("v", "active", d(10), OPEN_END, 1),
+    ]
+    frame = spark.createDataFrame(
+        rows, "user_id string, state string, valid_from date, valid_to date, sign int"
     )
+    got = {(r.day, r.state): (r.begins, r.ends) for r in snapshot_moves(frame).collect()}
+    assert got == {(d(10), "churned"): (0, 1), (d(10), "active"): (1, 0)}
 
 
-def test_outputs_have_the_table_schemas_and_refuse_a_backwards_range(spark):
-    prev = spark.createDataFrame([], STATE_SCHEMA)
-    days = spark.createDataFrame([], "user_id string, session_date date")
-    states = advance_lifecycle(previous=prev, session_days=days, first_date=d(0), last_date=d(3))
-    counts = lifecycle_counts(states=states, previous=prev, first_date=d(0), last_date=d(3))
-
-    def kinds(schema):
-        return [(f.name, f.dataType) for f in schema]
-
-    assert kinds(states.schema) == kinds(STATE_SCHEMA)
-    assert kinds(counts.schema) == kinds(SNAPSHOT_SCHEMA)
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_states_by_day_gives_the_per_user_per_day_shape(spark, seed):
+    sessions = random_sessions(seed, days=N)
+    intervals = spark.createDataFrame(restate(spark, sessions, d(N - 1)), INTERVAL_SCHEMA)
+    states, _ = lifecycle_reference(session_days=sessions, start=S, end=d(N - 1))
+    got = states_by_day(intervals, first_date=d(10), last_date=d(N - 1)).collect()
+    assert {
+        (r.snapshot_date, r.user_id): (r.state, r.state_since, r.days_in_state) for r in got
+    } == {key: value for key, value in states.items() if key[0] >= d(10)}
+    by_user = {}
+    for user, day in sessions:
+        by_user.setdefault(user, set()).add(day)
+    for r in got:
+        days = by_user[r.user_id]
+        assert r.first_session_date == min(days)
+        assert r.last_session_date == max(x for x in days if x <= r.snapshot_date)
     with pytest.raises(ValueError, match="empty range"):
-        advance_lifecycle(previous=prev, session_days=days, first_date=d(3), last_date=d(2))
+        states_by_day(intervals, first_date=d(3), last_date=d(2))
