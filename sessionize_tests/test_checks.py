@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import date, datetime, timedelta
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from sessionize_assets.checks.rules import (
@@ -12,10 +14,11 @@ from sessionize_assets.checks.rules import (
     malformed_sessions,
     overlapping_sessions,
     quarantine_mismatch,
+    snapshot_off_intervals,
     unaccounted_lines,
     unbalanced_snapshot,
 )
-from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT
+from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.transforms.lifecycle import STATES
 
 D = date(2026, 1, 5)
@@ -109,22 +112,45 @@ def test_unaccounted_lines(spark):
     assert finding.violations == 2
 
 
-def test_unbalanced_snapshot(spark):
+def test_unbalanced_snapshot():
     day1 = {"new": (2, 2, 0)}
     day2 = {"new": (1, 1, 2), "active": (2, 2, 0)}
 
-    def snapshot(days):
+    def snapshot(days, *, without=None):
         rows = [
-            (D + timedelta(days=i), state, *figures.get(state, (0, 0, 0)))
+            {
+                "snapshot_date": D + timedelta(days=i),
+                "state": state,
+                "users": u,
+                "entered": e,
+                "exited": x,
+            }
             for i, figures in enumerate(days)
             for state in STATES
+            if state != without
+            for u, e, x in [figures.get(state, (0, 0, 0))]
         ]
-        return spark.createDataFrame(rows, USER_LIFECYCLE_SNAPSHOT.schema)
+        return pa.Table.from_pylist(rows)
 
     assert unbalanced_snapshot(snapshot([day1, day2])).passed
     wrong = {"new": (1, 1, 2), "active": (2, 1, 0)}  # one entry missing
     assert unbalanced_snapshot(snapshot([day1, wrong])).sample == [f"{D + timedelta(1)}: active"]
-    assert unbalanced_snapshot(snapshot([day1, day2]).where("state != 'churned'")).violations == 2
+    assert unbalanced_snapshot(snapshot([day1, day2], without="churned")).violations == 2
+    skipped = snapshot([day1, {}, {"new": (2, 0, 0)}]).filter(
+        pc.not_equal(pc.field("snapshot_date"), D + timedelta(1))
+    )
+    # A missing day: every state's next row has no day before it.
+    assert unbalanced_snapshot(skipped).sample == sorted(f"{D + timedelta(2)}: {s}" for s in STATES)
+
+
+def test_snapshot_off_intervals():
+    day = pa.Table.from_pylist(
+        [{"state": s, "users": n} for s, n in zip(STATES, (1, 2, 0, 0, 0), strict=True)]
+    )
+    current = pa.Table.from_pylist([{"state": s} for s in ("new", "active", "active")])
+    assert snapshot_off_intervals(day, current).passed
+    off = snapshot_off_intervals(day, current.slice(1))
+    assert off.sample == ["new: 1 users, 0 current stretches"]
 
 
 def checks_job(settings, checks: dict[str, str]):
