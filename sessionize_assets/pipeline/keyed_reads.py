@@ -25,6 +25,9 @@ from sessionize_assets.lake.store import DeltaStore, TableSpec
 PUSHED_KEYS_PER_PARTITION = 1_000
 # The longest IN list one read pushes down (it is shared by the partitions it covers).
 PUSHED_KEYS_TOTAL = 20_000
+# More (partition, key) pairs than this are not brought to the driver to choose files by their
+# statistics (`keys_by_partition`): the caller searches those partitions whole.
+PRUNING_PAIRS_LIMIT = 200_000
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,11 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import AppTransaction, DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import ONE_DAY, days_between
-from sessionize_assets.pipeline.keyed_reads import keys_by_partition, read_by_keys
+from sessionize_assets.pipeline.keyed_reads import (
+    PRUNING_PAIRS_LIMIT,
+    keys_by_partition,
+    read_by_keys,
+)
 from sessionize_assets.pipeline.versions import signed_rows
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import (
@@ -46,16 +50,12 @@ from sessionize_assets.transforms.lifecycle import (
 SESSIONS_ABSORBED = "sessionize.user_lifecycle_state.sessions_version"
 AS_OF = "sessionize.user_lifecycle_state.as_of"  # version: the day's proleptic ordinal
 STATE_ABSORBED = "sessionize.user_lifecycle_snapshot.state_version"
-# More removed (valid_to, user) pairs than this: the rewrite searches their partitions whole.
-PRUNING_PAIRS_LIMIT = 200_000
 
 
 @dataclass(kw_only=True)
 class LifecycleReport:
     as_of: date
-    # Every snapshot day this run wrote, oldest first, and its (users, entered, exited).
-    days: list[date] = field(default_factory=list)
-    counts: dict[tuple[date, str], tuple[int, int, int]] = field(default_factory=dict)
+    days: list[date] = field(default_factory=list)  # every snapshot day this run wrote
     restated_from_start: bool = False  # no usable bookkeeping: every user was restated
     users_restated: int = 0
     users_changed: int = 0  # users with an interval row added or removed
@@ -377,4 +377,3 @@ def _move_snapshot(
         ),
     )
     report.days = days
-    report.counts = rows

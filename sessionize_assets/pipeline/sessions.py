@@ -26,7 +26,11 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import event_window
-from sessionize_assets.pipeline.keyed_reads import keys_by_partition, read_by_keys
+from sessionize_assets.pipeline.keyed_reads import (
+    PRUNING_PAIRS_LIMIT,
+    keys_by_partition,
+    read_by_keys,
+)
 from sessionize_assets.pipeline.manifests import (
     SessionsProgress,
     record_sessions_progress,
@@ -36,9 +40,6 @@ from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.sessions import build_sessions
 
 PAIR = ("user_id", "session_date")
-# Up to this many touched (user, date) pairs come to the driver to choose the sessions files
-# that can hold them; beyond (a large range run), the dates' files are all read.
-PRUNING_PAIRS_LIMIT = 200_000
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
 
 
