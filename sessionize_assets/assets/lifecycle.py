@@ -25,7 +25,7 @@ from sessionize_assets.checks.definitions import check_result
 from sessionize_assets.checks.rules import snapshot_off_intervals, unbalanced_snapshot
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
-from sessionize_assets.partitions import days_between, previous_day_mapping
+from sessionize_assets.partitions import previous_day_mapping
 from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
@@ -114,12 +114,13 @@ def build_lifecycle_assets(
         # backfill sees each of its partitions materialized); the trend reaches further back.
         asked = {date.fromisoformat(key) for key in context.partition_keys}
         days = sorted(asked | set(report.days))
-        table = store.read_arrow(
-            USER_LIFECYCLE_SNAPSHOT,
-            partitions=days_between(days[0] - timedelta(days=TREND_DAYS), days[-1]),
-        ).to_pylist()
+        # Five rows a day: read whole once, for the days' figures, their trend and the checks.
+        snapshot = store.read_arrow(USER_LIFECYCLE_SNAPSHOT)
+        since = days[0] - timedelta(days=TREND_DAYS)
         counts = {
-            (r["snapshot_date"], r["state"]): (r["users"], r["entered"], r["exited"]) for r in table
+            (r["snapshot_date"], r["state"]): (r["users"], r["entered"], r["exited"])
+            for r in snapshot.to_pylist()
+            if since <= r["snapshot_date"] <= days[-1]
         }
         history = {key: users for key, (users, _, _) in counts.items()}
         rewritten = set(report.days)
@@ -158,7 +159,7 @@ def build_lifecycle_assets(
                     **(_run_figures(report) if day == days[-1] else {}),
                 },
             )
-        yield from _checks(store, report)
+        yield from _checks(snapshot, store, report)
 
     return user_lifecycle
 
@@ -178,10 +179,11 @@ def _run_figures(report: LifecycleReport) -> dict[str, int | bool]:
     }
 
 
-def _checks(store: DeltaStore, report: LifecycleReport) -> Iterator[AssetCheckResult]:
-    """The snapshot checked as it is after the run: five rows a day and one current stretch
-    per user, read on the driver (no Spark job)."""
-    snapshot = store.read_arrow(USER_LIFECYCLE_SNAPSHOT)
+def _checks(
+    snapshot: pa.Table, store: DeltaStore, report: LifecycleReport
+) -> Iterator[AssetCheckResult]:
+    """The snapshot as it is after the run, checked with the current stretches (one per
+    user), on the driver (no Spark job)."""
     yield check_result(
         unbalanced_snapshot(snapshot),
         "days or states that do not balance",

@@ -1,8 +1,8 @@
-"""The SPEC's invariants as Spark queries (on the driver for the snapshot's few rows): each
-returns the offending rows (a `Finding`).
+"""The SPEC's invariants: each returns the offending rows (a `Finding`).
 
-Pure functions of DataFrames, so each rule is unit-tested on a few rows; which rows a check
-hands them (the whole table, or what a run wrote) is decided in `scope.py`.
+Pure functions of DataFrames (Spark queries), or of Arrow tables for the lifecycle's few rows
+(checked on the driver), so each rule is unit-tested on a few rows; which rows a check hands
+them (the whole table, or what a run wrote) is decided in `scope.py`.
 """
 
 from collections import Counter
@@ -110,11 +110,12 @@ def unbalanced_snapshot(snapshot: pa.Table) -> Finding:
 
     Five rows a day: checked on the driver from the Arrow rows, no Spark job.
     """
-    rows = sorted(snapshot.to_pylist(), key=lambda r: (r["state"], r["snapshot_date"]))
     bad: set[str] = set()
-    before: dict[str, dict] = {}
-    for row in rows:
+    before: dict[str, dict] = {}  # each state's row of the day before
+    states_of: dict[date, list[str]] = {}
+    for row in sorted(snapshot.to_pylist(), key=lambda r: (r["state"], r["snapshot_date"])):
         state, day = row["state"], row["snapshot_date"]
+        states_of.setdefault(day, []).append(state)
         if state not in STATES:
             continue
         last = before.get(state)
@@ -123,9 +124,6 @@ def unbalanced_snapshot(snapshot: pa.Table) -> Finding:
         if row["users"] != users + row["entered"] - row["exited"] or skipped:
             bad.add(f"{day}: {state}")
         before[state] = row
-    states_of: dict[date, list[str]] = {}
-    for row in rows:
-        states_of.setdefault(row["snapshot_date"], []).append(row["state"])
     for day, states in states_of.items():
         if sorted(states) != sorted(STATES):
             bad.add(f"{day}: incomplete day")
