@@ -7,14 +7,14 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 
 from sessionize_assets.settings import Settings
-
-DEFINITIONS_MODULE = "sessionize_assets.definitions"
+from sessionize_assets.workspace import workspace_yaml
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -98,20 +98,28 @@ def _hand_over_cursors(cursors: dict[str, str]) -> None:
     """Store the sensors' cursors in the instance, so the daemon of a later `dagster dev`
     carries on after the last replayed batch instead of re-reading the whole history.
 
-    The `dagster sensor cursor` command is the public way to set a sensor's cursor.
+    `dagster sensor cursor` is the public way to set a cursor. A sensor's state is kept per
+    code location name, so the cursor is set through a workspace that names the location as
+    `workspace.yaml` does: with `-m MODULE` it would go to a location named after the module,
+    which the daemon never reads.
     """
     dagster = Path(sys.executable).with_name("dagster")
-    for name, cursor in sorted(cursors.items()):
-        done = subprocess.run(
-            [str(dagster), "sensor", "cursor", name, "--set", cursor, "-m", DEFINITIONS_MODULE],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            print(f"warning: could not store the cursor of {name}: {done.stderr.strip()[-500:]}")
-        else:
-            print(f"{name}: cursor stored for the daemon ({cursor})")
+    with tempfile.TemporaryDirectory(prefix="sessionize-") as folder:
+        workspace = Path(folder) / "workspace.yaml"
+        workspace.write_text(workspace_yaml())
+        for name, cursor in sorted(cursors.items()):
+            done = subprocess.run(
+                [str(dagster), "sensor", "cursor", name, "--set", cursor, "-w", str(workspace)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                print(
+                    f"warning: could not store the cursor of {name}: {done.stderr.strip()[-500:]}"
+                )
+            else:
+                print(f"{name}: cursor stored for the daemon ({cursor})")
 
 
 def build_parser() -> argparse.ArgumentParser:

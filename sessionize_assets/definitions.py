@@ -26,7 +26,11 @@ from sessionize_assets.partitions import (
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.resources.spark import SparkResource
-from sessionize_assets.sensors import build_late_data_sensor, build_lifecycle_sensor
+from sessionize_assets.sensors import (
+    build_landing_sensor,
+    build_late_data_sensor,
+    build_lifecycle_sensor,
+)
 from sessionize_assets.settings import Settings
 
 INGEST_JOB = "ingest_batch_job"
@@ -91,6 +95,9 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
         ],
         asset_checks=checks,
         sensors=[
+            build_landing_sensor(
+                settings=settings, ingest_job_name=INGEST_JOB, received_days=received_days
+            ),
             build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB),
             build_lifecycle_sensor(settings=settings, lifecycle_job_name=LIFECYCLE_JOB),
             # Declared so automation runs on a fresh `dagster dev` (the implicit one is STOPPED).

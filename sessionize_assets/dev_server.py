@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-LOCATION = "sessionize"
+from sessionize_assets.workspace import CODE_LOCATION, workspace_yaml
+
 REPOSITORY = "__repository__"
 ASSET_JOB = "__ASSET_JOB"
 T = TypeVar("T")
@@ -65,12 +66,7 @@ class DagsterDev:
         if not instance_yaml.exists():
             instance_yaml.write_text("telemetry:\n  enabled: false\n")
         workspace = self.workdir / "workspace.yaml"
-        workspace.write_text(
-            "load_from:\n"
-            "  - python_module:\n"
-            "      module_name: sessionize_assets.definitions\n"
-            f"      location_name: {LOCATION}\n"
-        )
+        workspace.write_text(workspace_yaml())
         dagster = Path(sys.executable).with_name("dagster")
         with self.log_path.open("wb") as log:
             # A new session, so stop() can signal the whole tree (webserver, daemon, code server).
@@ -173,7 +169,7 @@ class DagsterDev:
             {
                 "params": {
                     "selector": {
-                        "repositoryLocationName": LOCATION,
+                        "repositoryLocationName": CODE_LOCATION,
                         "repositoryName": REPOSITORY,
                         "pipelineName": ASSET_JOB,
                         "assetSelection": [{"path": [key]} for key in assets],
@@ -246,6 +242,36 @@ class DagsterDev:
             """
         )["runsOrError"]
         return data["results"]
+
+    def sensor_ticks(self, sensor: str, *, limit: int = 50) -> list[dict[str, Any]]:
+        """The sensor's latest ticks, newest first: status, time, cursor, runs, skip reason."""
+        data = self.graphql(
+            """
+            query Ticks($selector: SensorSelector!, $limit: Int) {
+              sensorOrError(sensorSelector: $selector) {
+                __typename
+                ... on Sensor {
+                  sensorState {
+                    ticks(limit: $limit) { status timestamp cursor runIds skipReason }
+                  }
+                }
+                ... on PythonError { message }
+                ... on SensorNotFoundError { message }
+              }
+            }
+            """,
+            {
+                "selector": {
+                    "repositoryLocationName": CODE_LOCATION,
+                    "repositoryName": REPOSITORY,
+                    "sensorName": sensor,
+                },
+                "limit": limit,
+            },
+        )["sensorOrError"]
+        if data["__typename"] != "Sensor":
+            raise DevServerError(f"sensor {sensor}: {data}")
+        return data["sensorState"]["ticks"]
 
     def backfills(self) -> list[dict[str, Any]]:
         data = self.graphql(

@@ -86,15 +86,19 @@ def session_dates_for(event_dates: list[date], settings: Settings) -> list[date]
     return sorted(d for d in days if d >= settings.start_date)
 
 
-def contiguous_ranges(days: list[date], *, max_days: int) -> list[tuple[date, date]]:
+def contiguous_ranges(
+    days: list[date], *, max_days: int, bridge_gaps: bool = True
+) -> list[tuple[date, date]]:
     """Cover `days` with (first, last) ranges of at most `max_days` days each.
 
     One range run per range: partitions in a range that have nothing new are skipped by the
-    assets, so a gap inside a range costs a manifest lookup, not a recompute.
+    assets, so a gap inside a range costs a manifest lookup, not a recompute. Ingestion has
+    no such skip (a day in its range is read as a batch): it passes `bridge_gaps=False`.
     """
     ranges: list[tuple[date, date]] = []
     for day in sorted(set(days)):
-        if ranges and (day - ranges[-1][0]).days < max_days:
+        joins = bool(ranges) and (bridge_gaps or day == ranges[-1][1] + ONE_DAY)
+        if joins and (day - ranges[-1][0]).days < max_days:
             ranges[-1] = (ranges[-1][0], day)
         else:
             ranges.append((day, day))
@@ -102,18 +106,21 @@ def contiguous_ranges(days: list[date], *, max_days: int) -> list[tuple[date, da
 
 
 def late_data_condition() -> AutomationCondition:
-    """eager(), but for every partition whose upstream changed, not only the latest one.
+    """eager() for late data: every partition whose events changed, not only the latest one.
 
-    `in_latest_time_window` would ignore late data for old dates, and `any_deps_missing` would
-    hold a date back until every event date of its window exists, although an event date with
-    no events is legitimately empty.
+    What is left out of `eager()`, and why:
+    - `in_latest_time_window`: it would ignore late data for old dates;
+    - `any_deps_missing`: it would hold a date back until every event date of its window
+      exists, although an event date with no events is legitimately empty;
+    - `newly_missing`: sessions follow from events, not from the calendar. A new day's
+      partition has nothing to compute until its events exist, and on a first tick (a new
+      Dagster home after `sessionize replay`) every empty date would count as newly missing.
     """
     return (
-        AutomationCondition.eager()
-        .without(AutomationCondition.in_latest_time_window())
-        .without(~AutomationCondition.any_deps_missing())
-        .with_label("eager for late data")
-    )
+        AutomationCondition.any_deps_updated().since_last_handled()
+        & ~AutomationCondition.any_deps_in_progress()
+        & ~AutomationCondition.in_progress()
+    ).with_label("eager for late data")
 
 
 def same_day_mapping() -> TimeWindowPartitionMapping:

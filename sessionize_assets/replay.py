@@ -1,12 +1,14 @@
-"""Replay a landing zone batch by batch through the project's own Definitions.
+"""Process a landing zone's new and changed batches one by one through the project's own
+Definitions, as the daemon would: what a user runs each day when no daemon is kept up.
 
-For each batch: one run ingests it; the late-data sensor (evaluated as the daemon would) asks
-for range runs over the event dates the batch touched; the declarative automation conditions
-(evaluated as the daemon would) then request the sessions those dates decide, run as ranges;
-the lifecycle sensor finally asks for one snapshot range run from the earliest changed session
-date through the batch's day. Range runs skip partitions with nothing new, so a batch costs
-four runs unless its late events span more than `max_partitions_per_run` days. Runs go into
-the given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
+The batches are those the landing sensor would ingest (see `pipeline/landing.py`). For each,
+one run ingests it; the late-data sensor (evaluated as the daemon would) asks for range runs
+over the event dates the batch touched; the declarative automation conditions (evaluated as
+the daemon would) then request the sessions those dates decide, run as ranges; the lifecycle
+sensor finally asks for one snapshot range run from the earliest changed session date through
+the batch's day. Range runs skip partitions with nothing new, so a batch costs four runs
+unless its late events span more than `max_partitions_per_run` days. Runs go into the given
+Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from sessionize_assets.definitions import (
     SESSIONS_JOB,
     build_definitions,
 )
-from sessionize_assets.partitions import RANGE_END, RANGE_START, contiguous_ranges
-from sessionize_assets.sensors import SNAPSHOT_KEY
+from sessionize_assets.partitions import ONE_DAY, RANGE_END, RANGE_START, contiguous_ranges
+from sessionize_assets.sensors import SNAPSHOT_KEY, landing_comparison
 from sessionize_assets.settings import Settings
 
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
@@ -96,21 +98,35 @@ class ReplaySummary:
 def replay(
     *, settings: Settings, instance: DagsterInstance, echo: Callable[[str], None] = print
 ) -> ReplaySummary:
+    """Process the landing zone's new and changed batches, oldest first, each through to the
+    snapshot; a batch whose content was ingested already is not touched (as the landing
+    sensor decides), so a second replay of the same zone does nothing."""
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
     driver = BatchDriver(defs=defs, instance=instance, settings=settings)
-    known = set(driver.ingest.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
-    batches = landing.batches()  # type: ignore[attr-defined]
-    summary = ReplaySummary()
-    echo(f"replaying {len(batches)} batches from {landing.root}")  # type: ignore[attr-defined]
-    for index, received in enumerate(batches, start=1):
-        key = received.isoformat()
-        prefix = f"[{index}/{len(batches)}] {key}:"
-        if key not in known:
-            echo(f"{prefix} outside the received-day partitions, skipped")
-            summary.skipped.append(received)
-            continue
-        outcome = driver.batch(received)
+    last_key = driver.ingest.partitions_def.get_last_partition_key()
+    last = date.fromisoformat(last_key) if last_key else settings.start_date - ONE_DAY
+    comparison = landing_comparison(settings, last=last)
+    summary = ReplaySummary(
+        skipped=[
+            day
+            for day in landing.batches()  # type: ignore[attr-defined]
+            if not settings.start_date <= day <= last
+        ]
+    )
+    pending = comparison.pending
+    echo(
+        f"{len(pending)} new or changed batches in {landing.root}, "  # type: ignore[attr-defined]
+        f"{len(comparison.unchanged)} unchanged since they were ingested"
+    )
+    for day in summary.skipped:
+        echo(f"{day}: outside the received-day partitions {settings.start_date}..{last}, skipped")
+    for day in comparison.vanished:
+        echo(f"{day}: ingested before, its folder is gone; what was ingested stays")
+    for index, batch in enumerate(pending, start=1):
+        key = batch.received.isoformat()
+        prefix = f"[{index}/{len(pending)}] {key} ({batch.why}):"
+        outcome = driver.batch(batch.received)
         summary.batches.append(outcome)
         echo(
             f"{prefix} {'ok' if outcome.succeeded else 'FAILED'} in {outcome.seconds:.1f}s, "

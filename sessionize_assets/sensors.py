@@ -1,5 +1,7 @@
-"""Sensors that follow late data through the graph with storage-id cursors.
+"""Sensors: the landing zone into the graph, and late data through it.
 
+- landing_sensor: new or changed batch folders -> ingest runs (compared with the lake's record
+  of what was ingested, so it needs no cursor to be right).
 - late_data_sensor: new raw batches -> the event-date partitions they touched.
 - lifecycle_sensor: changed session dates -> one snapshot range run from the earliest of
   them through the latest received day (automation would cascade one day per tick).
@@ -7,7 +9,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Mapping
 from datetime import date
 
 from dagster import (
@@ -17,6 +21,7 @@ from dagster import (
     DagsterRunStatus,
     DefaultSensorStatus,
     EventLogRecord,
+    PartitionsDefinition,
     RunRequest,
     RunsFilter,
     SensorDefinition,
@@ -26,6 +31,8 @@ from dagster import (
     sensor,
 )
 
+from sessionize_assets.lake.log_files import read_small_table, table_path
+from sessionize_assets.lake.tables import LANDING_BATCHES
 from sessionize_assets.partitions import (
     PARTITION_TAG,
     RANGE_END,
@@ -33,6 +40,12 @@ from sessionize_assets.partitions import (
     contiguous_ranges,
     lifecycle_range,
 )
+from sessionize_assets.pipeline.landing import (
+    LandingComparison,
+    compare_landing,
+    ingested_batches,
+)
+from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
 
 RAW_EVENTS_KEY = AssetKey("raw_events")
@@ -46,6 +59,85 @@ UNFINISHED = [
     DagsterRunStatus.CANCELING,
 ]
 _PAGE = 500
+
+
+def landing_comparison(
+    settings: Settings, *, last: date, cached: Mapping[str, tuple[int, int, str]] | None = None
+) -> LandingComparison:
+    """The landing zone's batch folders up to received day `last` against what the lake
+    records as ingested: what the landing sensor and `sessionize replay` both act on."""
+    landing = LandingZoneResource(landing_dir=str(settings.landing_dir.absolute()))
+    records = read_small_table(table_path(settings.lake_dir, LANDING_BATCHES), LANDING_BATCHES)
+    return compare_landing(
+        landing.folders(settings.start_date, last), ingested_batches(records), cached=cached
+    )
+
+
+def build_landing_sensor(
+    *, settings: Settings, ingest_job_name: str, received_days: PartitionsDefinition
+) -> SensorDefinition:
+    @sensor(
+        name="landing_sensor",
+        job_name=ingest_job_name,
+        minimum_interval_seconds=15,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            "Ingests every batch folder of the landing zone that is new or whose files changed "
+            "(names, sizes, SHA-256), compared with what the lake records as ingested; an "
+            "unchanged folder, re-delivered or not, requests nothing."
+        ),
+    )
+    def landing_sensor(context: SensorEvaluationContext):
+        # An ingest run records its batches when it ends: wait, or the tick would ask again.
+        if context.instance.get_runs_count(
+            RunsFilter(job_name=ingest_job_name, statuses=UNFINISHED)
+        ):
+            return SkipReason("an ingest run is still going; waiting for it")
+        # Received days are partitions once they are over: today's folder waits for tomorrow.
+        last = received_days.get_last_partition_key()
+        if last is None:
+            return SkipReason("no received day has a partition yet")
+        # The cursor only caches digests of files that differ from the lake's record by size or
+        # time (a re-delivery), so they are not read again every tick; losing it costs a read.
+        cached = {path: tuple(entry) for path, entry in json.loads(context.cursor or "{}").items()}
+        comparison = landing_comparison(settings, last=date.fromisoformat(last), cached=cached)
+        if comparison.vanished:
+            context.log.warning(
+                f"batches ingested before have no folder any more (kept as ingested): "
+                f"{', '.join(map(str, comparison.vanished))}"
+            )
+        cursor = json.dumps({path: list(e) for path, e in sorted(comparison.digests.items())})
+        if not comparison.pending:
+            return SensorResult(
+                skip_reason=f"{len(comparison.unchanged)} batch folders, none new or changed",
+                cursor=cursor,
+            )
+        pending = {batch.received: batch for batch in comparison.pending}
+        requests = []
+        for first, end in contiguous_ranges(
+            sorted(pending), max_days=settings.max_partitions_per_run, bridge_gaps=False
+        ):
+            # The key names the content found and the content it replaces: the same folder
+            # state is requested once, and content changed back to an earlier state again.
+            states = "".join(
+                f"{day}:{batch.found.digest}:{batch.ingested.digest if batch.ingested else ''};"
+                for day, batch in sorted(pending.items())
+                if first <= day <= end
+            )
+            requests.append(
+                RunRequest(
+                    run_key=f"landing-{first}-{end}-{hashlib.sha256(states.encode()).hexdigest()}",
+                    tags={RANGE_START: first.isoformat(), RANGE_END: end.isoformat()},
+                )
+            )
+        context.log.info(
+            "batches to ingest: "
+            + ", ".join(f"{b.received} ({b.why})" for b in comparison.pending)
+            + f"; {len(requests)} run(s)"
+        )
+        return SensorResult(run_requests=requests, cursor=cursor)
+
+    return landing_sensor
 
 
 def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> SensorDefinition:

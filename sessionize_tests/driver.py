@@ -12,6 +12,7 @@ from sessionize_assets.lake.tables import RAW_EVENTS, USER_LIFECYCLE_SNAPSHOT
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.pipeline.ingest import ingest_batches
+from sessionize_assets.pipeline.landing import fingerprint
 from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
 from sessionize_assets.pipeline.sessions import SessionsReport, update_sessions
 from sessionize_assets.resources.landing import LandingZoneResource
@@ -33,7 +34,7 @@ def process_batch(
     ingested = ingest_batches(
         store,
         landing.read_lines(spark, [received]),
-        received_dates=[received],
+        fingerprints={received: fingerprint(received, landing.batch_files(received))},
         settings=settings,
         run_id=run_id,
     )

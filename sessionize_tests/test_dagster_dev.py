@@ -1,16 +1,22 @@
 """End to end through the real `dagster dev`: webserver, daemon, sensors, automation, backfills.
 
-Two batches land one after the other, the second with late events for the first day. Each is
-materialized through GraphQL exactly as the UI's Materialize button does; from there only the
-daemon acts (late-data sensor -> events, automation -> sessions, lifecycle sensor -> snapshot).
-The Delta tables must end up equal to the plain-Python full recompute. Then a partition
-backfill launched through GraphQL must complete as one range run per asset and leave the
-tables unchanged.
+As a user does it: `sessionize replay` processes the first two batches and hands its sensor
+cursors over (`make demo`), then `dagster dev` starts on the same Dagster home (`make ui`) and
+must launch nothing. A third batch folder is dropped into the landing zone: from there only the
+daemon acts (landing sensor -> ingest, late-data sensor -> events, automation -> sessions,
+lifecycle sensor -> snapshot) and the Delta tables must end up equal to the plain-Python full
+recompute. The same folder re-delivered as it was launches nothing. Then a partition backfill
+launched through GraphQL must complete as one range run per asset and leave the tables
+unchanged.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import time
 from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
@@ -26,8 +32,9 @@ from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 
 START = date(2026, 1, 1)
-DAYS = 2
+DAYS = 3  # the last one is dropped into the landing zone while the UI runs
 BATCH_TIMEOUT = 420.0
+SENSORS = ("landing_sensor", "late_data_sensor", "lifecycle_sensor", "sessions_automation")
 SESSION_ASSETS = ["sessions", "session_quarantine", "session_changes"]
 LIFECYCLE_ASSETS = ["user_lifecycle_state", "user_lifecycle_snapshot"]
 
@@ -87,9 +94,10 @@ def dev(tmp_path_factory):
     settings = make_settings(
         root, start_date=START, spark_conf={**TEST_SPARK_CONF, "spark.ui.enabled": "false"}
     )
-    generate_landing_zone(
-        out=root / "generated", start=START, days=DAYS, users=40, seed=5, late_share=0.3
-    )
+    generated = root / "generated"
+    generate_landing_zone(out=generated, start=START, days=DAYS, users=40, seed=5, late_share=0.3)
+    for offset in range(DAYS - 1):
+        _deliver(generated, settings, START + timedelta(days=offset))
     env = {
         "SESSIONIZE_LANDING_DIR": str(settings.landing_dir),
         "SESSIONIZE_LAKE_DIR": str(settings.lake_dir),
@@ -97,17 +105,69 @@ def dev(tmp_path_factory):
         "SESSIONIZE_SPARK_MASTER": settings.spark_master,
         "SESSIONIZE_SPARK_CONF": ";".join(f"{k}={v}" for k, v in settings.spark_conf.items()),
     }
-    with DagsterDev(workdir=root, dagster_home=root / "dagster_home", env=env) as server:
-        yield server, settings, root / "generated"
+    home = root / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    # `make demo`: the batches so far through `sessionize replay`, which hands its cursors over.
+    replayed = subprocess.run(
+        [str(Path(sys.executable).with_name("sessionize")), "replay"],
+        env={**os.environ, **env, "DAGSTER_HOME": str(home)},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=BATCH_TIMEOUT,
+        check=False,
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    with DagsterDev(workdir=root, dagster_home=home, env=env) as server:
+        yield server, settings, generated, replayed.stdout
 
 
-def _land_and_process(server: DagsterDev, settings: Settings, generated: Path, day: date) -> int:
-    """Land one batch, press Materialize on raw_events, wait for the daemon; return the runs."""
+def _deliver(generated: Path, settings: Settings, day: date) -> None:
+    """A batch folder lands as a collector writes it: files written aside, then moved in."""
     name = f"received_date={day.isoformat()}"
-    shutil.copytree(generated / name, settings.landing_dir / name)
-    expected = _expected(settings, day)
+    staging = settings.landing_dir.parent / f"incoming-{name}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(generated / name, staging)
+    target = settings.landing_dir / name
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(staging.iterdir()):
+        os.replace(path, target / path.name)
+    staging.rmdir()
+
+
+def _new_runs(server: DagsterDev, before: set[str]) -> list[dict]:
+    return [r for r in server.runs() if r["runId"] not in before]
+
+
+def _launched_by_the_daemon(run: dict) -> bool:
+    tags = {t["key"] for t in run["tags"]}
+    return bool(tags & {"dagster/sensor_name", "dagster/backfill", "dagster/automation_condition"})
+
+
+def test_the_ui_launches_nothing_after_replay(dev):
+    server, _, _, replay_output = dev
+    for sensor in ("late_data_sensor", "lifecycle_sensor"):
+        assert f"{sensor}: cursor stored for the daemon" in replay_output, replay_output
+    replayed = {r["runId"] for r in server.runs()}
+    assert len(replayed) >= 2 * 3, "the replay's runs are in the instance the UI shows"
+
+    def ticked_twice() -> bool:
+        return all(len(server.sensor_ticks(name)) >= 2 for name in SENSORS)
+
+    server.wait_for(ticked_twice, timeout=240, what="two ticks of every sensor", every=5)
+    assert _new_runs(server, replayed) == [], server.log_tail()
+    assert server.backfills() == []
+    latest = server.sensor_ticks("landing_sensor", limit=1)[0]
+    assert latest["skipReason"] == f"{DAYS - 1} batch folders, none new or changed"
+
+
+def test_a_dropped_folder_reaches_the_snapshot_with_no_click(dev):
+    server, settings, generated, _ = dev
+    day = START + timedelta(days=DAYS - 1)
     before = {r["runId"] for r in server.runs()}
-    server.materialize(assets=["raw_events", "rejected_events"], partition=day.isoformat())
+    _deliver(generated, settings, day)
+    expected = _expected(settings, day)
 
     def settled() -> bool:
         return server.idle() and _actual(settings) == expected
@@ -115,25 +175,39 @@ def _land_and_process(server: DagsterDev, settings: Settings, generated: Path, d
     server.wait_for(
         settled, timeout=BATCH_TIMEOUT, what=f"batch {day} to reach the snapshot", every=3
     )
-    runs = [r for r in server.runs() if r["runId"] not in before]
+    runs = _new_runs(server, before)
     failed = [r for r in runs if r["status"] != "SUCCESS"]
     assert failed == [], f"runs did not succeed: {failed}\n{server.log_tail()}"
-    return len(runs)
+    assert all(_launched_by_the_daemon(r) for r in runs), runs
+    assert {r["jobName"] for r in runs} >= {"ingest_batch_job", "events_job", "lifecycle_job"}
+    # raw -> events -> sessions -> snapshot: a handful of runs, not one per partition.
+    assert len(runs) <= 6, runs
+    # The batch carried events for earlier days (late), so their sessions were corrected.
+    late = [r for r in _rows(settings.lake_dir / "events") if r["received_date"] == day]
+    assert any(r["event_date"] < day for r in late), "the batch should carry late events"
 
 
-def test_late_batch_reaches_sessions_through_sensor_and_automation(dev):
-    server, settings, generated = dev
-    first = _land_and_process(server, settings, generated, START)
-    second = _land_and_process(server, settings, generated, START + timedelta(days=1))
-    # The second batch carried events for the first day (late), so sessions of day 1 changed.
-    late = [r for r in _rows(settings.lake_dir / "events") if r["event_date"] < r["received_date"]]
-    assert late, "the second batch should carry late events"
-    # raw -> events -> sessions -> snapshot: a handful of runs per batch, not one per partition.
-    assert first <= 5 and second <= 5, (first, second)
+def test_an_identical_redelivery_launches_nothing(dev):
+    server, settings, generated, _ = dev
+    day = START + timedelta(days=DAYS - 1)
+    before = {r["runId"] for r in server.runs()}
+    expected = _actual(settings)
+    delivered = time.time()
+    _deliver(generated, settings, day)  # the same bytes, new files and file times
+
+    def two_ticks_since() -> bool:
+        ticks = server.sensor_ticks("landing_sensor", limit=5)
+        return sum(t["timestamp"] > delivered for t in ticks) >= 2
+
+    server.wait_for(two_ticks_since, timeout=120, what="two landing ticks after it", every=3)
+    assert _new_runs(server, before) == []
+    latest = server.sensor_ticks("landing_sensor", limit=1)[0]
+    assert latest["skipReason"] == f"{DAYS} batch folders, none new or changed"
+    assert _actual(settings) == expected
 
 
 def test_partition_backfill_from_graphql_runs_one_range_per_asset(dev):
-    server, settings, _ = dev
+    server, settings, _, _ = dev
     expected = _actual(settings)
     assert expected[2] and expected[3], "the previous test leaves sessions and a snapshot"
     partitions = [(START + timedelta(days=d)).isoformat() for d in range(DAYS)]

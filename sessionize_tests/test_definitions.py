@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from dagster import AssetKey
 
 from sessionize_assets.definitions import INGEST_JOB, build_definitions
@@ -39,3 +41,24 @@ def test_module_entry_point_reads_the_environment(monkeypatch, tmp_path):
     loaded = defs()
     job = loaded.resolve_job_def(INGEST_JOB)
     assert job.partitions_def.get_first_partition_key() == "2026-02-01"
+
+
+def test_the_repository_workspace_names_the_location_cursors_are_handed_to():
+    """`sessionize replay` sets sensor cursors under CODE_LOCATION: `make ui` must load the
+    definitions under that name, or its daemon starts without them."""
+    import tomllib
+
+    import yaml
+
+    from sessionize_assets.workspace import CODE_LOCATION, DEFINITIONS_MODULE, workspace_yaml
+
+    root = Path(__file__).resolve().parents[1]
+    dagster = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["dagster"]
+    assert (dagster["module_name"], dagster["code_location_name"]) == (
+        DEFINITIONS_MODULE,
+        CODE_LOCATION,
+    )
+    for text in ((root / "workspace.yaml").read_text(), workspace_yaml()):
+        (entry,) = yaml.safe_load(text)["load_from"]
+        assert entry["python_module"]["module_name"] == DEFINITIONS_MODULE
+        assert entry["python_module"]["location_name"] == CODE_LOCATION

@@ -86,6 +86,12 @@ def test_contiguous_ranges(days, max_days, expected):
     assert [(a.day, b.day) for a, b in got] == [(a, b) for a, b in expected]
 
 
+def test_contiguous_ranges_without_bridging_gaps_break_at_a_missing_day():
+    as_dates = [date(2026, 1, d) for d in (1, 2, 3, 5, 6, 7, 8)]
+    got = contiguous_ranges(as_dates, max_days=3, bridge_gaps=False)
+    assert [(a.day, b.day) for a, b in got] == [(1, 3), (5, 7), (8, 8)]
+
+
 def _report(instance, asset: str, partition: str, **metadata) -> None:
     instance.report_runless_asset_event(
         AssetMaterialization(asset_key=asset, partition=partition, metadata=metadata)
@@ -169,3 +175,44 @@ def test_lifecycle_sensor_starts_the_next_range_where_a_failed_run_started(setti
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
             ("2026-01-03", "2026-01-05")
         ]
+
+
+def test_landing_sensor_asks_for_new_and_changed_folders_only(settings):
+    _batch(settings, "2026-01-02", ["2026-01-02T08:00:00Z"])
+    _batch(settings, "2026-01-03", ["2026-01-03T08:00:00Z", "2026-01-01T08:00:00Z"])
+    _batch(settings, "2026-01-05", ["2026-01-05T08:00:00Z"])
+    defs = build_definitions(settings, spark_ui=False)
+    sensor = defs.resolve_sensor_def("landing_sensor")
+    job = defs.resolve_job_def(INGEST_JOB)
+
+    def tick(cursor=None):
+        return sensor(build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
+
+    with instance_for_test() as instance:
+        first = tick()
+        # Contiguous folders are one range run: the 2nd and 3rd, then the 5th.
+        assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in first.run_requests] == [
+            ("2026-01-02", "2026-01-03"),
+            ("2026-01-05", "2026-01-05"),
+        ]
+        assert tick().run_requests[0].run_key == first.run_requests[0].run_key
+        for request in first.run_requests:
+            assert job.execute_in_process(instance=instance, tags=request.tags).success
+        done = tick(first.cursor)
+        assert done.skip_reason.skip_message == "3 batch folders, none new or changed"
+        assert done.cursor == "{}"  # every file is vouched for by the lake's record
+
+        # Re-delivered as it was (files written again): nothing to do, and no file read twice.
+        _batch(settings, "2026-01-03", ["2026-01-03T08:00:00Z", "2026-01-01T08:00:00Z"])
+        same = tick(done.cursor)
+        assert same.run_requests == [] and same.skip_reason
+        assert list(json.loads(same.cursor)) == [
+            str(settings.landing_dir.absolute() / "received_date=2026-01-03" / "part.jsonl")
+        ]
+        # Re-delivered with other content: that batch again, under a new run key.
+        _batch(settings, "2026-01-03", ["2026-01-03T09:00:00Z"])
+        changed = tick(same.cursor)
+        assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in changed.run_requests] == [
+            ("2026-01-03", "2026-01-03")
+        ]
+        assert changed.run_requests[0].run_key not in {r.run_key for r in first.run_requests}

@@ -20,6 +20,7 @@ from dagster import (
 from sessionize_assets.assets.metadata import lake_asset_spec, markdown_table
 from sessionize_assets.lake.tables import RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.ingest import BatchIngested, ingest_batches
+from sessionize_assets.pipeline.landing import fingerprint
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
@@ -74,10 +75,12 @@ def build_ingest_assets(
         for day in days:
             if not files[day]:
                 context.log.warning(f"no batch folder or files at {landing.batch_dir(day)}")
+        # Taken before the lines are read: a file replaced meanwhile shows as changed again.
+        fingerprints = {day: fingerprint(day, files[day]) for day in days}
         result = ingest_batches(
             store,
             landing.read_lines(lake.spark.session(), days),
-            received_dates=days,
+            fingerprints=fingerprints,
             settings=settings,
             run_id=context.run.run_id,
         )
@@ -96,6 +99,8 @@ def build_ingest_assets(
                 metadata=_raw_metadata(batch, late)
                 | {
                     "files": len(files[day]),
+                    "batch_fingerprint": fingerprints[day].digest,
+                    "batch_bytes": fingerprints[day].total_bytes,
                     "dagster/uri": MetadataValue.path(store.uri(RAW_EVENTS)),
                     "delta_version": result.raw.version if result.raw.version is not None else -1,
                     "index_version": result.index.version

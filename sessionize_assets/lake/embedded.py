@@ -34,7 +34,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.log_files import as_strings, file_partitions, files_in_range
+from sessionize_assets.lake.log_files import (
+    as_strings,
+    file_partitions,
+    files_in_range,
+    read_small_table,
+    table_path,
+)
 from sessionize_assets.lake.parquet_files import file_stats, stage_arrow
 from sessionize_assets.lake.store import (
     AppTransaction,
@@ -68,7 +74,7 @@ class EmbeddedDeltaStore:
     # -- paths and table state ---------------------------------------------------------------
 
     def path(self, spec: TableSpec) -> Path:
-        return self._lake_dir / spec.name
+        return table_path(self._lake_dir, spec)
 
     def uri(self, spec: TableSpec) -> str:
         return self.path(spec).as_uri()
@@ -277,16 +283,7 @@ class EmbeddedDeltaStore:
         self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
     ) -> pa.Table:
         """A small bookkeeping table (or some partitions of it), read on the driver."""
-        table = self._table(spec)
-        schema = to_arrow_schema(spec.schema)
-        if table is None:
-            return schema.empty_table()
-        wanted = None if partitions is None else sorted({partition_string(p) for p in partitions})
-        if wanted == []:
-            return schema.empty_table()
-        filters = None if wanted is None else [(spec.partition_by, "in", wanted)]
-        data = pa.table(table.to_pyarrow_table(filters=filters))
-        return data.select(schema.names).cast(schema)
+        return read_small_table(self.path(spec), spec, partitions=partitions)
 
     def replace_partitions_arrow(
         self,

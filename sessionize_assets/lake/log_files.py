@@ -1,20 +1,48 @@
-"""The live files of a Delta table, from its log, filtered in Arrow on the driver.
+"""Reading a Delta table on the driver with delta-rs: its live files from the log, filtered in
+Arrow, and small bookkeeping tables whole.
 
 Only the selected files become Python objects: listing a few partitions of a table with
-thousands of files costs what is selected, not the table.
+thousands of files costs what is selected, not the table. Nothing here needs Spark, so a
+sensor can read the lake too.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.store import TableSpec
+from sessionize_assets.lake.store import PartitionValue, TableSpec, partition_string
+
+
+def table_path(lake_dir: Path | str, spec: TableSpec) -> Path:
+    """Where the lake keeps a table: one folder per table under the lake's root."""
+    return Path(lake_dir).absolute() / spec.name
+
+
+def read_small_table(
+    path: Path, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+) -> pa.Table:
+    """The rows of a small table at `path` (only `partitions`, when given) with the spec's
+    schema; an empty table when it does not exist yet."""
+    schema = to_arrow_schema(spec.schema)
+    wanted = None if partitions is None else sorted({partition_string(p) for p in partitions})
+    if wanted == []:
+        return schema.empty_table()
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return schema.empty_table()
+    filters = None if wanted is None else [(spec.partition_by, "in", wanted)]
+    data = pa.table(table.to_pyarrow_table(filters=filters))
+    return data.select(schema.names).cast(schema)
 
 
 def file_partitions(

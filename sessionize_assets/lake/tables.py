@@ -97,6 +97,29 @@ BATCH_EVENT_DATES = TableSpec(
 )
 
 
+LANDING_BATCHES = TableSpec(
+    name="landing_batches",
+    partition_by="received_date",
+    description=(
+        "The files each ingested batch was read from: what the landing sensor compares the "
+        "landing zone with, so an unchanged folder causes no work."
+    ),
+    schema=_fields(
+        ("received_date", DateType(), False, "the landing batch"),
+        ("fingerprint", StringType(), False, "SHA-256 of the batch's file names, sizes, digests"),
+        (
+            "files",
+            StringType(),
+            False,
+            "the files read, by name: JSON [{name, bytes, modified_ns, sha256}]",
+        ),
+        ("ingest_version", LongType(), False, "raw_events version that holds the batch"),
+        ("run_id", StringType(), True, "the Dagster run that ingested it"),
+        ("ingested_at", TimestampType(), False, "when"),
+    ),
+)
+
+
 EVENTS_MANIFEST = TableSpec(
     name="events_manifest",
     partition_by="partition_date",
@@ -221,18 +244,4 @@ USER_LIFECYCLE_SNAPSHOT = TableSpec(
     sort_by=("state",),
     description="Users per lifecycle state at the end of each day, with entries and exits.",
     schema=SNAPSHOT_SCHEMA,
-)
-
-ALL_TABLES = (
-    RAW_EVENTS,
-    REJECTED_EVENTS,
-    BATCH_EVENT_DATES,
-    EVENTS_MANIFEST,
-    SESSIONS_MANIFEST,
-    EVENTS,
-    SESSIONS,
-    SESSION_QUARANTINE,
-    SESSION_CHANGES,
-    USER_LIFECYCLE_STATE,
-    USER_LIFECYCLE_SNAPSHOT,
 )

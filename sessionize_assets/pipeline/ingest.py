@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 
@@ -14,6 +14,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.landing import BatchFingerprint, record_ingested
 from sessionize_assets.pipeline.manifests import batch_event_dates as indexed_event_dates
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.validation import INGEST, REASONS, parse_lines, split_batch
@@ -43,6 +44,7 @@ class IngestResult:
     raw: CommitInfo
     rejected: CommitInfo
     index: CommitInfo
+    landing: CommitInfo
     batches: dict[date, BatchIngested]
 
 
@@ -50,16 +52,18 @@ def ingest_batches(
     store: DeltaStore,
     lines: DataFrame,
     *,
-    received_dates: Iterable[date],
+    fingerprints: Mapping[date, BatchFingerprint],
     settings: Settings,
     run_id: str,
 ) -> IngestResult:
-    """Validate the lines of these batches; replace their raw rows, their rejections and their
-    index entries, one commit per table however many batches (a backfill is one Spark job).
+    """Validate the lines of these batches (those `fingerprints` names); replace their raw rows,
+    their rejections and their index entries, one commit per table however many batches (a
+    backfill is one Spark job), and record last what each batch was read from.
 
-    A listed batch without lines becomes empty.
+    A listed batch without lines becomes empty. The fingerprints are taken before the lines are
+    read: a file that changes in between is seen as changed again, never as ingested.
     """
-    days = sorted(set(received_dates))
+    days = sorted(fingerprints)
     parsed = parse_lines(
         lines, start_date=settings.start_date, future_tolerance=settings.future_tolerance
     ).persist(StorageLevel.MEMORY_AND_DISK)
@@ -96,6 +100,9 @@ def ingest_batches(
         partitions=days,
         commit_metadata=tags,
     )
+    landing = record_ingested(
+        store, fingerprints.values(), ingest_version=raw.version or 0, run_id=run_id
+    )
     batches = {}
     for day in days:
         events = {r["event_date"]: r["events"] for r in index_rows if r["received_date"] == day}
@@ -107,4 +114,6 @@ def ingest_batches(
             rejected_by_reason=reasons,
             touched_event_dates=sorted(set(before.get(day, [])) | set(events)),
         )
-    return IngestResult(raw=raw, rejected=rejected_commit, index=index, batches=batches)
+    return IngestResult(
+        raw=raw, rejected=rejected_commit, index=index, landing=landing, batches=batches
+    )

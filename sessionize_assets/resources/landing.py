@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from datetime import date
@@ -11,6 +12,8 @@ from dagster import ConfigurableResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
+
+log = logging.getLogger(__name__)
 
 _BATCH = re.compile(r"^received_date=(\d{4}-\d{2}-\d{2})$")
 LINES_SCHEMA = StructType(
@@ -35,15 +38,24 @@ class LandingZoneResource(ConfigurableResource):
         return self.root / f"received_date={received_date.isoformat()}"
 
     def batches(self) -> list[date]:
-        """Received days that have a batch folder, oldest first."""
+        """Received days that have a batch folder, oldest first (a folder whose name is not a
+        real date, such as `received_date=2024-13-45`, is no batch: it is logged and left)."""
         if not self.root.is_dir():
             return []
         found = []
         for child in self.root.iterdir():
             match = _BATCH.match(child.name)
-            if match and child.is_dir():
+            if not (match and child.is_dir()):
+                continue
+            try:
                 found.append(date.fromisoformat(match.group(1)))
+            except ValueError:
+                log.warning("landing folder %s is not a received day: ignored", child)
         return sorted(found)
+
+    def folders(self, first: date, last: date) -> dict[date, list[Path]]:
+        """The batch folders of received days `first`..`last`, with their files."""
+        return {day: self.batch_files(day) for day in self.batches() if first <= day <= last}
 
     def batch_files(self, received_date: date) -> list[Path]:
         folder = self.batch_dir(received_date)
