@@ -6,18 +6,23 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR := data
 DAGSTER_HOME_DIR := $(CURDIR)/.dagster_home
-DEMO_START ?= 2026-01-01
 DEMO_DAYS ?= 14
+# The demo's history ends yesterday (UTC), as a live system's would: its partitions are filled
+# up to now, and today's batch is the next to land (make demo-day). make demo records the start
+# date in DAGSTER_HOME, so make ui and make demo-day on a later day keep the same partitions.
+DEMO_START_FILE := $(DAGSTER_HOME_DIR)/demo_start
+DEMO_START ?= $(shell cat $(DEMO_START_FILE) 2>/dev/null || date -u -d "-$(DEMO_DAYS) days" +%F)
 DEMO_USERS ?= 300
 DEMO_SEED ?= 7
 
-.PHONY: help java demo test lint format ui screenshot bench clean
+.PHONY: help java demo demo-day test lint format ui screenshot bench clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
 	@echo "make test   set up and run the test suite (ruff + pytest)"
 	@echo "make ui     open the Dagster UI (dagster dev) on the demo's history"
-	@echo "make screenshot  PNG of the asset graph from headless Chromium (after make demo)"
+	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
+	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
 	@echo "make bench  the scale benchmark (BENCH_ARGS=--quick for a few minutes)"
 
 # PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
@@ -63,17 +68,28 @@ demo: java $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	rm -rf $(DEMO_DIR)/landing $(DEMO_DIR)/lake
 	@# A new lake needs a new run history: the sensors read the instance's materializations.
 	find $(DAGSTER_HOME_DIR) -mindepth 1 ! -name dagster.yaml -exec rm -rf {} +
-	$(BIN)/sessionize generate --out $(DEMO_DIR)/landing --start $(DEMO_START) \
-		--days $(DEMO_DAYS) --users $(DEMO_USERS) --seed $(DEMO_SEED)
+	$(eval DEMO_START := $(shell date -u -d "-$(DEMO_DAYS) days" +%F))
+	echo $(DEMO_START) > $(DEMO_START_FILE)
+	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize generate --out $(DEMO_DIR)/landing \
+		--start $(DEMO_START) --days $(DEMO_DAYS) --users $(DEMO_USERS) --seed $(DEMO_SEED)
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize replay
 	@echo
 	@echo "Open the Dagster UI on this history:  make ui   (then http://127.0.0.1:3000)"
+	@echo "Then land the next day's batch:        make demo-day   (the sensors take it from there)"
+
+# The demo zone's next day, as the generator would have written it (same seed): with make ui
+# running, the landing sensor ingests it and the rest follows with no click.
+demo-day: $(STAMP)
+	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize generate --out $(DEMO_DIR)/landing \
+		--start $(DEMO_START) --append-day --users $(DEMO_USERS) --seed $(DEMO_SEED)
 
 ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/dagster dev -h 127.0.0.1 -p 3000
 
 # Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.
-SCREENSHOT ?= /tmp/sessionize-asset-graph.png
+SCREENSHOT ?= /tmp/sessionize.png
+# The lineage graph, sessions' partitions and one of them, the snapshot's plots, the sensors.
+SCREENSHOT_PAGES ?= graph partitions partition plots sensors landing_sensor
 screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
 		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
@@ -84,7 +100,8 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 		fi; \
 	fi
 	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/python scripts/screenshot_ui.py \
-		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT)
+		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT) \
+		$(foreach page,$(SCREENSHOT_PAGES),--page $(page))
 
 # The scale benchmark: about 20 M events by default (an hour or more on 2 cores); prints tables.
 BENCH_ARGS ?=

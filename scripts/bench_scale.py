@@ -311,30 +311,31 @@ def report(
     print("(d) rows read and written by the batch, per table")
     rows = []
     for f in figures:
-        new_events = f.value("events", "new_events")
+        new_events = f.value("events", "run_new_events")
         changed = sum(
             f.value("sessions", k)
             for k in ("sessions_inserted", "sessions_removed", "sessions_replaced")
         )
-        written = f.value("events", "rows_written") + f.value("sessions", "rows_written")
+        written = f.value("events", "run_rows_written") + f.value("sessions", "run_rows_written")
         rows.append(
             [
                 f.shape,
                 str(f.history),
                 f"{f.value('raw_events', 'accepted'):,}",
-                f"{f.value('events', 'raw_rows_read'):,}",
-                _looked_up(f, "events", "ids_looked_up", "dates_searched_by_id"),
-                f"{f.value('events', 'events_rows_scanned'):,}",
+                f"{f.value('events', 'run_raw_rows_read'):,}",
+                _looked_up(f, "events", "run_ids_looked_up", "run_dates_searched_by_id"),
+                f"{f.value('events', 'run_events_rows_scanned'):,}",
                 f"{new_events:,}",
-                f"{f.value('events', 'rows_written'):,}",
-                f"{f.value('events', 'files_removed')}",
-                _looked_up(f, "sessions", "users_looked_up", "dates_searched_by_user"),
-                f"{f.value('sessions', 'events_rows_scanned'):,}",
-                f"{f.value('sessions', 'events_read'):,}",
-                f"{f.value('sessions', 'pairs_recomputed'):,}",
+                f"{f.value('events', 'run_rows_written'):,}",
+                f"{f.value('events', 'run_files_removed')}",
+                _looked_up(f, "sessions", "run_users_looked_up", "run_dates_searched_by_user"),
+                f"{f.value('sessions', 'run_events_rows_scanned'):,}",
+                f"{f.value('sessions', 'run_events_read'):,}",
+                f"{f.value('sessions', 'run_pairs_recomputed'):,}",
                 f"{changed:,}",
-                f"{f.value('sessions', 'rows_written'):,}",
-                f"{f.value('sessions', 'files_rewritten')}/{f.value('sessions', 'files_before')}",
+                f"{f.value('sessions', 'run_rows_written'):,}",
+                f"{f.value('sessions', 'run_files_rewritten')}/"
+                f"{f.value('sessions', 'run_files_before')}",
                 f"{written / max(new_events + changed, 1):.2f}",
             ]
         )
@@ -368,10 +369,10 @@ def report(
     rows = []
     for f in figures:
         state = "user_lifecycle_state"
-        days = f.value(state, "snapshot_days_written")
-        changed_users = f.value(state, "users_changed")
-        logical = f.value(state, "interval_rows_added") + 5 * days
-        physical = f.value(state, "interval_rows_written") + 5 * days
+        days = f.value(state, "run_snapshot_days_written")
+        changed_users = f.value(state, "run_users_changed")
+        logical = f.value(state, "run_interval_rows_added") + 5 * days
+        physical = f.value(state, "run_interval_rows_written") + 5 * days
         bound = 3 * (changed_users + 5 * days)
         rows.append(
             [
@@ -380,16 +381,16 @@ def report(
                 f"{f.step('snapshot'):.1f}",
                 f"{f.step('snapshot') / max(f.step('events') + f.step('sessions'), 1e-9):.2f}",
                 f"{days}",
-                f"{f.value(state, 'users_restated'):,}",
+                f"{f.value(state, 'run_users_restated'):,}",
                 f"{changed_users:,}",
-                f"{f.value(state, 'interval_rows_removed'):,}",
-                f"{f.value(state, 'interval_rows_added'):,}",
+                f"{f.value(state, 'run_interval_rows_removed'):,}",
+                f"{f.value(state, 'run_interval_rows_added'):,}",
                 f"{logical:,}",
                 f"{bound:,}",
                 f"{logical / max(bound, 1):.2f}",
                 f"{physical:,}",
-                f"{f.value(state, 'interval_files_rewritten')}",
-                f"{f.value(state, 'interval_rows'):,}",
+                f"{f.value(state, 'run_interval_files_rewritten')}",
+                f"{f.value(state, 'run_interval_rows'):,}",
             ]
         )
     print(
@@ -476,17 +477,13 @@ def _batch_figures(
         figures.seconds[name] = figures.seconds.get(name, 0.0) + (
             (stats.end_time or 0) - (stats.start_time or 0)
         )
-        seen: set[str] = set()
         for record in instance.get_records_for_run(run.run_id).records:
             event = record.event_log_entry.dagster_event
             if event is None or not event.is_step_materialization:
                 continue
             key = event.asset_key.to_user_string()
-            # A range run repeats its run-wide figures on every partition: count them once.
-            # The lifecycle and ingest assets report each partition's own figures.
-            if key in seen and key not in ("user_lifecycle_state", "raw_events"):
-                continue
-            seen.add(key)
+            # Each partition carries its own figures, and a range run's `run_*` figures are on
+            # one partition only: summing over the materializations counts everything once.
             materialization = event.step_materialization_data.materialization
             values = {k: v.value for k, v in materialization.metadata.items()}
             merged = figures.metadata.setdefault(key, {})

@@ -16,19 +16,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sessionize_assets.dev_server import DagsterDev
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+# {day} is the demo's last day, yesterday (UTC).
 PAGES = {
     # The lineage around sessions, four steps each way: raw -> events -> sessions -> lifecycle,
     # with every asset drawn (the global graph starts with its groups collapsed).
     "graph": "/assets/sessions?view=lineage&lineageScope=neighbors&lineageDepth=4",
     "groups": "/asset-groups",
     "assets": "/assets",
+    "partitions": "/assets/sessions?view=partitions",
+    "partition": "/assets/sessions?view=partitions&partition={day}",
+    "plots": "/assets/user_lifecycle_snapshot?view=plots",
     "sensors": "/automation",
+    "landing_sensor": "/locations/sessionize/sensors/landing_sensor",
     "runs": "/runs",
 }
 
@@ -69,8 +75,15 @@ def screenshot(*, browser: str, url: str, out: Path, width: int, height: int, wa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "sessionize.png")
-    parser.add_argument("--page", choices=sorted(PAGES), default="graph")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "sessionize.png",
+        help="the PNG; with several pages, PAGE is added to its name (sessionize-PAGE.png)",
+    )
+    parser.add_argument(
+        "--page", choices=sorted(PAGES), action="append", help="repeat for several (one server)"
+    )
     parser.add_argument("--dagster-home", type=Path, default=ROOT / ".dagster_home")
     parser.add_argument("--width", type=int, default=1600)
     parser.add_argument("--height", type=int, default=1000)
@@ -84,25 +97,29 @@ def main() -> None:
         ),
         "SESSIONIZE_LAKE_DIR": os.environ.get("SESSIONIZE_LAKE_DIR", str(ROOT / "data" / "lake")),
     }
+    pages = args.page or ["graph"]
     out = args.out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
+    day = (datetime.now(UTC).date() - timedelta(days=1)).isoformat()
     with (
         tempfile.TemporaryDirectory(prefix="sessionize-ui-") as workdir,
         DagsterDev(workdir=Path(workdir), dagster_home=args.dagster_home, env=env) as server,
     ):
         # Dismiss the one-off community dialog the UI shows on loopback, as a click would.
         server.graphql("mutation { setNuxSeen }")
-        url = server.url + PAGES[args.page]
-        print(f"dagster dev is up on {server.url}; rendering {url}")
-        screenshot(
-            browser=browser,
-            url=url,
-            out=out,
-            width=args.width,
-            height=args.height,
-            wait_ms=args.wait_ms,
-        )
-    print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+        for page in pages:
+            url = server.url + PAGES[page].format(day=day)
+            target = out if len(pages) == 1 else out.with_name(f"{out.stem}-{page}{out.suffix}")
+            print(f"rendering {url}")
+            screenshot(
+                browser=browser,
+                url=url,
+                out=target,
+                width=args.width,
+                height=args.height,
+                wait_ms=args.wait_ms,
+            )
+            print(f"wrote {target} ({target.stat().st_size:,} bytes)")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.landing:
         settings = settings.with_overrides(landing_dir=Path(args.landing))
     _default_dagster_home()
+    _start_spark_quietly(settings)
     with DagsterInstance.get() as instance:
         summary = replay(settings=settings, instance=instance, echo=print)
     _hand_over_cursors(summary.sensor_cursors)
@@ -71,10 +72,10 @@ def _rebuild(args: argparse.Namespace) -> int:
 
     _quiet_dagster()
     _default_dagster_home()
+    settings = Settings.from_env()
+    _start_spark_quietly(settings)
     with DagsterInstance.get() as instance:
-        ok = rebuild(
-            settings=Settings.from_env(), instance=instance, first=args.first, last=args.last
-        )
+        ok = rebuild(settings=settings, instance=instance, first=args.first, last=args.last)
     return 0 if ok else 1
 
 
@@ -84,6 +85,25 @@ def _quiet_dagster() -> None:
 
     warnings.filterwarnings("ignore", category=BetaWarning)
     logging.getLogger("dagster").setLevel(logging.WARNING)
+
+
+def _start_spark_quietly(settings: Settings) -> None:
+    """Start the Spark session the runs will share, with the JVM's own output (log4j notices,
+    JDK warnings, Python worker errors) going to a file in DAGSTER_HOME: the command's output
+    is its progress lines. The runs' logs stay in the Dagster instance."""
+    from sessionize_assets.definitions import build_resources
+
+    log = Path(os.environ["DAGSTER_HOME"]) / "spark-driver.log"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with log.open("ab") as sink:
+        os.dup2(sink.fileno(), 2)  # the JVM inherits it when it is launched, below
+        try:
+            build_resources(settings)["spark"].session()  # type: ignore[attr-defined]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    print(f"Spark started ({settings.spark_master}); its own output goes to {log}")
 
 
 def _default_dagster_home() -> None:
@@ -98,26 +118,28 @@ def _hand_over_cursors(cursors: dict[str, str]) -> None:
     """Store the sensors' cursors in the instance, so the daemon of a later `dagster dev`
     carries on after the last replayed batch instead of re-reading the whole history.
 
-    `dagster sensor cursor` is the public way to set a cursor. A sensor's state is kept per
-    code location name, so the cursor is set through a workspace that names the location as
-    `workspace.yaml` does: with `-m MODULE` it would go to a location named after the module,
-    which the daemon never reads.
+    The public way is the CLI: `dagster sensor cursor --set`, then `dagster sensor start`,
+    since a cursor set on a sensor with no stored state is stored as STOPPED, which would
+    override its RUNNING default. A sensor's state is kept per code location name, so both
+    go through a workspace that names the location as `workspace.yaml` does: with `-m MODULE`
+    they would reach a location named after the module, which the daemon never reads.
     """
     dagster = Path(sys.executable).with_name("dagster")
     with tempfile.TemporaryDirectory(prefix="sessionize-") as folder:
         workspace = Path(folder) / "workspace.yaml"
         workspace.write_text(workspace_yaml())
         for name, cursor in sorted(cursors.items()):
-            done = subprocess.run(
-                [str(dagster), "sensor", "cursor", name, "--set", cursor, "-w", str(workspace)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if done.returncode != 0:
-                print(
-                    f"warning: could not store the cursor of {name}: {done.stderr.strip()[-500:]}"
+            for command in (["cursor", name, "--set", cursor], ["start", name]):
+                done = subprocess.run(
+                    [str(dagster), "sensor", *command, "-w", str(workspace)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
                 )
+                if done.returncode != 0:
+                    problem = done.stderr.strip()[-500:]
+                    print(f"warning: could not hand {name} over ({command[0]}): {problem}")
+                    break
             else:
                 print(f"{name}: cursor stored for the daemon ({cursor})")
 

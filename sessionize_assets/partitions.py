@@ -28,19 +28,28 @@ ONE_DAY = timedelta(days=1)
 
 
 def received_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
-    """One partition per landing batch (the UTC day events were received)."""
-    return DailyPartitionsDefinition(
-        start_date=settings.start_date.isoformat(), timezone="UTC", fmt=PARTITION_FORMAT
-    )
+    """One partition per landing batch (the UTC day events were received), through today.
 
-
-def event_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
-    """Event (and session) days. One day ahead: `timestamp` may lead `receivedAt` slightly."""
+    Today is included: a live collector writes today's folder during the day, the landing
+    sensor ingests what has landed and ingests it again as it grows (a changed folder is a
+    re-delivery), and the snapshot's today is provisional until the day is over.
+    """
     return DailyPartitionsDefinition(
         start_date=settings.start_date.isoformat(),
         timezone="UTC",
         fmt=PARTITION_FORMAT,
         end_offset=1,
+    )
+
+
+def event_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
+    """Event (and session) days: one day past the received days, since `timestamp` may lead
+    `receivedAt` by the future tolerance (a batch of today holds events of tomorrow 00:04)."""
+    return DailyPartitionsDefinition(
+        start_date=settings.start_date.isoformat(),
+        timezone="UTC",
+        fmt=PARTITION_FORMAT,
+        end_offset=2,
     )
 
 

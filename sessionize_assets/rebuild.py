@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import date
 
-from dagster import AssetKey, DagsterInstance
+from dagster import DagsterInstance
 
 from sessionize_assets.definitions import (
     LIFECYCLE_JOB,
@@ -20,7 +20,7 @@ from sessionize_assets.definitions import (
 )
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
 from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
-from sessionize_assets.replay import QUIET
+from sessionize_assets.replay import QUIET, flagged_partitions
 from sessionize_assets.sensors import SNAPSHOT_KEY
 from sessionize_assets.settings import Settings
 
@@ -53,20 +53,11 @@ def rebuild(
         echo(f"rebuild run {result.run_id} failed: see it in the Dagster UI")
         return False
 
-    def dates(asset: str, key: str) -> list[date]:
-        days = {
-            date.fromisoformat(day)
-            for event in result.get_asset_materialization_events()
-            if event.asset_key == AssetKey(asset)
-            for day in event.materialization.metadata[key].value  # type: ignore[union-attr]
-        }
-        return sorted(days)
-
     echo(
-        f"recomputed {len(dates('events', 'dates_recomputed'))} event days and "
-        f"{len(dates('sessions', 'dates_recomputed'))} session days"
+        f"recomputed {len(flagged_partitions(result, 'events', 'recomputed'))} event days and "
+        f"{len(flagged_partitions(result, 'sessions', 'recomputed'))} session days"
     )
-    changed = dates("sessions", "dates_changed")
+    changed = flagged_partitions(result, "sessions", "changed")
     echo(f"sessions changed on {len(changed)} days")
     received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]
     snapshot = [date.fromisoformat(k) for k in instance.get_materialized_partitions(SNAPSHOT_KEY)]

@@ -38,6 +38,7 @@ from sessionize_assets.definitions import (
     SESSIONS_JOB,
     build_definitions,
 )
+from sessionize_assets.lake.summary import describe_lake
 from sessionize_assets.partitions import ONE_DAY, RANGE_END, RANGE_START, contiguous_ranges
 from sessionize_assets.sensors import SNAPSHOT_KEY, landing_comparison
 from sessionize_assets.settings import Settings
@@ -142,6 +143,9 @@ def replay(
             break
     summary.sensor_cursors = driver.sensor_cursors()
     for line in summary.lines():
+        echo(line)
+    store = defs.resources["lake"].store()  # type: ignore[attr-defined]
+    for line in describe_lake(store, lake_dir=settings.lake_dir):
         echo(line)
     return summary
 
@@ -251,8 +255,6 @@ class BatchDriver:
             ok = run(
                 self.lifecycle, request.tags[RANGE_START], request.tags[RANGE_END], request.tags
             )
-        events_meta = [_metadata(r, "events") for r in runs]
-        session_meta = [_metadata(r, "sessions") for r in runs]
         return BatchOutcome(
             received_date=received,
             runs=len(runs),
@@ -261,15 +263,14 @@ class BatchDriver:
             accepted=int(raw.get("accepted", 0)),
             rejected=int(raw.get("rejected", 0)),
             late_events=int(raw.get("late_events", 0)),
-            event_dates_updated=sum(len(m.get("dates_updated") or []) for m in events_meta),
-            session_dates_updated=sum(len(m.get("dates_updated") or []) for m in session_meta),
-            users_recomputed=sum(int(m.get("users_recomputed", 0)) for m in session_meta),
-            pairs_recomputed=sum(int(m.get("pairs_recomputed", 0)) for m in session_meta),
+            event_dates_updated=sum(len(flagged_partitions(r, "events", "updated")) for r in runs),
+            session_dates_updated=sum(
+                len(flagged_partitions(r, "sessions", "updated")) for r in runs
+            ),
+            users_recomputed=sum(run_figure(r, "sessions", "users_recomputed") for r in runs),
+            pairs_recomputed=sum(run_figure(r, "sessions", "pairs_recomputed") for r in runs),
             lifecycle_days=sum(
-                1
-                for r in runs
-                for e in r.get_asset_materialization_events()
-                if e.asset_key == SNAPSHOT_KEY
+                len(flagged_partitions(r, SNAPSHOT_KEY.path[-1], "rewritten")) for r in runs
             ),
             seconds=time.monotonic() - started,
         )
@@ -304,3 +305,25 @@ def _metadata(result: ExecuteInProcessResult, asset: str) -> dict[str, Any]:
         if event.asset_key == AssetKey(asset):
             return {k: v.value for k, v in event.materialization.metadata.items()}
     return {}
+
+
+def flagged_partitions(result: ExecuteInProcessResult, asset: str, flag: str) -> list[date]:
+    """The partitions of `asset` that the run reported with the metadata entry `flag` true
+    (`updated`, `recomputed`, `changed`, `rewritten`)."""
+    found = set()
+    for event in result.get_asset_materialization_events():
+        entry = event.materialization.metadata.get(flag)
+        if event.asset_key == AssetKey(asset) and entry is not None and entry.value:
+            found.add(date.fromisoformat(event.partition or ""))
+    return sorted(found)
+
+
+def run_figure(result: ExecuteInProcessResult, asset: str, name: str) -> int:
+    """A range run's figure over all its partitions (`run_<name>`, reported once), or 0."""
+    return sum(
+        int(entry.value or 0)  # type: ignore[arg-type]
+        for event in result.get_asset_materialization_events()
+        if event.asset_key == AssetKey(asset)
+        for key, entry in event.materialization.metadata.items()
+        if key == f"run_{name}"
+    )

@@ -93,7 +93,7 @@ def build_landing_sensor(
             RunsFilter(job_name=ingest_job_name, statuses=UNFINISHED)
         ):
             return SkipReason("an ingest run is still going; waiting for it")
-        # Received days are partitions once they are over: today's folder waits for tomorrow.
+        # Received days run through today: a folder dated later waits for its day.
         last = received_days.get_last_partition_key()
         if last is None:
             return SkipReason("no received day has a partition yet")
@@ -206,6 +206,12 @@ def _dates(materialization: AssetMaterialization | None, field: str) -> list[dat
     return [date.fromisoformat(d) for d in (value.value if value else [])]
 
 
+def _flag(materialization: AssetMaterialization, field: str) -> bool:
+    """A boolean metadata entry (False when absent)."""
+    value = materialization.metadata.get(field)
+    return bool(value.value) if value is not None else False
+
+
 def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | None:
     """First day of the latest run of `job_name` if that run failed or was canceled."""
     runs = context.instance.get_runs(RunsFilter(job_name=job_name), limit=1)
@@ -242,20 +248,19 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
         changed: set[date] = set()
         triggered = False
         new_cursor = dict(cursor)
-        for key, field in (
-            (SESSIONS_KEY, "dates_changed"),
-            (RAW_EVENTS_KEY, "touched_event_dates"),
-        ):
+        for key in (SESSIONS_KEY, RAW_EVENTS_KEY):
             records = _new_materializations(context, key, after=cursor.get(key.path[-1]))
             if not records:
                 continue
             new_cursor[key.path[-1]] = records[-1].storage_id
             for record in records:
-                dates = _dates(record.asset_materialization, field)
+                materialization = record.asset_materialization
                 if key == SESSIONS_KEY:
-                    changed.update(dates)
+                    # Each sessions date is reported with `changed`: did its rows change.
                     triggered = True
-                elif not dates:
+                    if materialization is not None and _flag(materialization, "changed"):
+                        changed.add(date.fromisoformat(materialization.partition or ""))
+                elif not _dates(materialization, "touched_event_dates"):
                     # A batch that touched no event date starts no sessions run: advance here.
                     triggered = True
         # The days of a failed or canceled run are still stale: start the next range there too.

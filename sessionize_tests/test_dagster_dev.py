@@ -142,7 +142,9 @@ def _new_runs(server: DagsterDev, before: set[str]) -> list[dict]:
 
 def _launched_by_the_daemon(run: dict) -> bool:
     tags = {t["key"] for t in run["tags"]}
-    return bool(tags & {"dagster/sensor_name", "dagster/backfill", "dagster/automation_condition"})
+    return bool(
+        tags & {"dagster/sensor_name", "dagster/backfill", "dagster/from_automation_condition"}
+    )
 
 
 def test_the_ui_launches_nothing_after_replay(dev):

@@ -10,7 +10,15 @@ from collections import Counter
 from datetime import date
 
 import pytest
-from dagster import AssetKey, DagsterEventType, DagsterRunStatus, RunsFilter, instance_for_test
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterRunStatus,
+    RunsFilter,
+    instance_for_test,
+)
+from deltalake import DeltaTable
 
 from sessionize_assets.definitions import LIFECYCLE_JOB
 from sessionize_assets.generator import generate_landing_zone
@@ -45,11 +53,11 @@ def replayed(spark, tmp_path_factory):
                 run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
             )
         ]
-        yield settings, report, summary, lines, len(runs), lifecycle_checks
+        yield settings, report, summary, lines, len(runs), lifecycle_checks, instance
 
 
 def test_replay_reports_progress_and_bounded_runs(replayed):
-    _, report, summary, lines, successful_runs, _ = replayed
+    _, report, summary, lines, successful_runs, _, _ = replayed
     assert summary.ok and len(summary.batches) == 10
     assert max(batch.runs for batch in summary.batches) <= 5
     # Every batch extends the snapshot to its own day, late ones correct earlier days too.
@@ -59,6 +67,10 @@ def test_replay_reports_progress_and_bounded_runs(replayed):
     assert lines[0].startswith("10 new or changed batches in ")
     assert any(line.startswith("[10/10]") for line in lines)
     assert sum(batch.lines for batch in summary.batches) == report.lines
+    # The closing lines reconcile the lake with the zone: every line is in one place.
+    ingested = next(line for line in lines if line.startswith("  lines ingested"))
+    assert ingested.startswith(f"  lines ingested      {report.lines:,} = ")
+    assert not any("NOT RECONCILED" in line for line in lines)
     # Late batches recompute the (user, day) pairs they touch: some users, never all 300.
     later = summary.batches[3:]
     assert all(0 < b.users_recomputed < 300 for b in later)
@@ -66,7 +78,7 @@ def test_replay_reports_progress_and_bounded_runs(replayed):
 
 
 def test_tables_equal_the_full_recompute(replayed, spark):
-    settings, report, _, _, _, _ = replayed
+    settings, report, *_ = replayed
     ref = reference_validate(settings.landing_dir, START)
     assert len(ref.winners) == report.valid_events
     assert sum(ref.rejections.values()) + len(ref.winners) == report.lines
@@ -120,6 +132,51 @@ def _assert_tables_equal_the_full_recompute(settings, spark) -> None:
     assert quarantined == flagged and len(flagged) > 0
 
 
+def _latest_metadata(instance, asset: str) -> dict[str, dict]:
+    """Each partition's latest materialization metadata, as the UI shows it."""
+    latest: dict[str, dict] = {}
+    for record in instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(asset)), limit=10_000, ascending=True
+    ).records:
+        materialization = record.asset_materialization
+        latest[materialization.partition] = {
+            k: v.value for k, v in materialization.metadata.items()
+        }
+    return latest
+
+
+def _rows_by_partition(path, column: str) -> Counter:
+    return Counter(str(r[column]) for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+
+
+def test_each_partition_reports_its_own_content(replayed):
+    """What the UI shows per partition is the partition's content in the Delta table."""
+    settings, *_, instance = replayed
+    lake = settings.lake_dir
+    for asset, column in (
+        ("raw_events", "received_date"),
+        ("events", "event_date"),
+        ("sessions", "session_date"),
+        ("session_quarantine", "session_date"),
+        ("session_changes", "session_date"),
+    ):
+        reported = _latest_metadata(instance, asset)
+        table = _rows_by_partition(lake / asset, column)
+        assert reported, asset
+        assert set(table) <= set(reported), f"{asset}: a partition with rows was never reported"
+        assert {k: m["dagster/row_count"] for k, m in reported.items()} == {
+            k: table.get(k, 0) for k in reported
+        }, asset
+    # Run-wide figures sit on one partition per run, never on all of a range's partitions.
+    sessions = _latest_metadata(instance, "sessions")
+    assert any("run_pairs_recomputed" not in m for m in sessions.values())
+    snapshot = DeltaTable(str(lake / "user_lifecycle_snapshot")).to_pyarrow_table().to_pylist()
+    users = {(str(r["snapshot_date"]), r["state"]): r["users"] for r in snapshot}
+    for day, metadata in _latest_metadata(instance, "user_lifecycle_snapshot").items():
+        for state in ("new", "active", "inactive", "dormant", "churned"):
+            assert metadata[f"users_{state}"] == users[(day, state)], (day, state)
+
+
 def test_asset_checks_pass_after_replay(replayed):
     from dagster import AssetCheckKey
 
@@ -137,7 +194,7 @@ def test_asset_checks_pass_after_replay(replayed):
 
 
 def test_lifecycle_checks_run_and_pass_in_every_lifecycle_run(replayed):
-    _, _, summary, _, _, lifecycle_checks = replayed
+    _, _, summary, _, _, lifecycle_checks, _ = replayed
     runs = {run_id for _, run_id, _ in lifecycle_checks}
     assert len(runs) >= len(summary.batches)
     for run_id in runs:

@@ -108,8 +108,10 @@ def test_lifecycle_sensor_corrects_from_the_earliest_changed_day_through_the_lat
         for day in ("2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"):
             _report(instance, "user_lifecycle_snapshot", day)
         _report(instance, "raw_events", "2026-01-05", touched_event_dates=["2026-01-05"])
-        # Sessions changed on the 2nd (late) and the 6th (ahead of every batch: no snapshot yet).
-        _report(instance, "sessions", "2026-01-02", dates_changed=["2026-01-02", "2026-01-06"])
+        # A range run over the 1st..6th: sessions changed on the 2nd (late) and the 6th (ahead
+        # of every batch: no snapshot yet); the other dates are reported unchanged.
+        for day in range(1, 7):
+            _report(instance, "sessions", f"2026-01-0{day}", changed=day in (2, 6))
 
         result = sensor(build_sensor_context(instance=instance, definitions=defs))
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
@@ -168,7 +170,7 @@ def test_lifecycle_sensor_starts_the_next_range_where_a_failed_run_started(setti
         )
         assert not failed.success
 
-        _report(instance, "sessions", "2026-01-05", dates_changed=["2026-01-05"])
+        _report(instance, "sessions", "2026-01-05", changed=True)
         result = sensor(
             build_sensor_context(instance=instance, definitions=defs, cursor=first.cursor)
         )

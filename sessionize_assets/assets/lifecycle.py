@@ -20,7 +20,7 @@ from dagster import (
     multi_asset,
 )
 
-from sessionize_assets.assets.metadata import lake_asset_spec
+from sessionize_assets.assets.metadata import lake_asset_spec, run_figures
 from sessionize_assets.checks.definitions import check_result
 from sessionize_assets.checks.rules import snapshot_off_intervals, unbalanced_snapshot
 from sessionize_assets.lake.store import DeltaStore, TableSpec
@@ -155,8 +155,7 @@ def build_lifecycle_assets(
                     "rewritten": day in rewritten,
                     "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
                     "delta_version": report.state_version or 0,
-                    # What the run did to the intervals, on the latest day it reports.
-                    **(_run_figures(report) if day == days[-1] else {}),
+                    **(run_figures(_run_figures(report)) if day == days[-1] else {}),
                 },
             )
         yield from _checks(snapshot, store, report)
@@ -165,6 +164,7 @@ def build_lifecycle_assets(
 
 
 def _run_figures(report: LifecycleReport) -> dict[str, int | bool]:
+    """What the whole run did to the intervals and the snapshot."""
     return {
         "interval_rows": report.state_rows,
         "users_restated": report.users_restated,

@@ -56,3 +56,12 @@ def markdown_table(rows: Mapping[str, Any], *, key: str, value: str) -> str:
     lines = [f"| {key} | {value} |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in rows.items()]
     return "\n".join(lines)
+
+
+def run_figures(figures: Mapping[str, Any]) -> dict[str, Any]:
+    """A range run's figures over all its partitions, as `run_*` entries.
+
+    They go on one materialization only, the latest partition the run reports, so that no
+    partition shows the run's totals as its own.
+    """
+    return {f"run_{name}": value for name, value in figures.items()}

@@ -5,6 +5,7 @@ from datetime import date
 from dagster import (
     AssetDep,
     AssetExecutionContext,
+    AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
@@ -16,13 +17,20 @@ from dagster import (
 )
 
 from sessionize_assets.assets.config import RebuildConfig
-from sessionize_assets.assets.metadata import lake_asset_spec, markdown_table
+from sessionize_assets.assets.metadata import lake_asset_spec, run_figures
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import late_data_condition
-from sessionize_assets.pipeline.sessions import session_definition, update_sessions
+from sessionize_assets.pipeline.sessions import (
+    DateChanges,
+    SessionsReport,
+    session_definition,
+    update_sessions,
+)
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
+
+NO_CHANGE = DateChanges(inserted=0, replaced=0, removed=0, users=0)
 
 
 def build_sessions_assets(
@@ -70,67 +78,86 @@ def build_sessions_assets(
         )
         context.log.info(
             f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
-            f"({len(report.recomputed)} recomputed for every user); "
-            f"{report.pairs_recomputed} (user, date) pairs recomputed"
+            f"({len(report.recomputed)} recomputed for every user); the sessions of "
+            f"{report.users_recomputed} users recomputed on {report.pairs_recomputed} "
+            f"(user, date) pairs; sessions changed on {len(report.changed)} dates"
         )
-        common = {
-            "dates_updated": MetadataValue.json([d.isoformat() for d in report.updated]),
-            # Read by the lifecycle sensor: the snapshot is corrected from the earliest of these.
-            "dates_changed": MetadataValue.json([d.isoformat() for d in report.changed]),
-            "users_recomputed": report.users_recomputed,
-        }
-        yield MaterializeResult(
-            asset_key="sessions",
-            metadata=common
-            | {
-                "dagster/row_count": sum(report.sessions_by_date.values()),
-                "dagster/uri": MetadataValue.path(store.uri(SESSIONS)),
-                "pairs_recomputed": report.pairs_recomputed,
-                "dates_searched_by_user": report.dates_searched_by_user,
-                "users_looked_up": report.users_looked_up,
-                "events_rows_scanned": report.events_rows_scanned,
-                "events_read": report.events_read,
-                "sessions_inserted": report.inserted,
-                "sessions_replaced": report.replaced,
-                "sessions_removed": report.removed,
-                "rows_written": report.rows_written,
-                "files_rewritten": report.files_rewritten,
-                "files_before": report.files_total,
-                "dates_recomputed": MetadataValue.json([d.isoformat() for d in report.recomputed]),
-                "delta_version": report.sessions_version
-                if report.sessions_version is not None
-                else -1,
-                "summary": MetadataValue.md(
-                    f"Recomputed **{report.pairs_recomputed}** (user, date) pairs of "
-                    f"**{report.users_recomputed}** users"
-                    + (
-                        f" and **{len(report.recomputed)}** whole dates"
-                        if report.recomputed
-                        else ""
-                    )
-                    + f"; sessions +{report.inserted} ~{report.replaced} -{report.removed}; "
-                    f"read {report.events_read} events; rewrote {report.files_rewritten} of "
-                    f"{report.files_total} files of the changed dates.\n\n"
-                    + markdown_table(report.sessions_by_date, key="session date", value="sessions")
-                ),
-            },
-        )
-        yield MaterializeResult(
-            asset_key="session_quarantine",
-            metadata=common
-            | {
-                "quarantined_sessions": sum(report.quarantined_by_date.values()),
-                "dagster/uri": MetadataValue.path(store.uri(SESSION_QUARANTINE)),
-            },
-        )
-        yield MaterializeResult(
-            asset_key="session_changes",
-            metadata=common
-            | {
-                "added": report.inserted + report.replaced,
-                "removed": report.removed + report.replaced,
-                "dagster/uri": MetadataValue.path(store.uri(SESSION_CHANGES)),
-            },
-        )
+        version = report.sessions_version if report.sessions_version is not None else -1
+        # The step's outputs, which the range's partitions all get from Dagster (and the asset
+        # checks wait for): only what is true of every partition.
+        tables = (SESSIONS, SESSION_QUARANTINE, SESSION_CHANGES)
+        for table in tables:
+            yield MaterializeResult(
+                asset_key=table.name,
+                metadata={"dagster/uri": MetadataValue.path(store.uri(table))},
+            )
+        # Then every date asked for (a backfill counts on it), each with its own figures as
+        # the tables hold them now; `changed` says whether this run changed it.
+        rows = {table: store.row_counts(table, partitions=dates) for table in tables}
+        for day in dates:
+            key = day.isoformat()
+            change = report.changes_by_date.get(day, NO_CHANGE)
+            own = {
+                SESSIONS: {
+                    "sessions_inserted": change.inserted,
+                    "sessions_replaced": change.replaced,
+                    "sessions_removed": change.removed,
+                    "users_changed": change.users,
+                    "summary": MetadataValue.md(
+                        _day_summary(key, rows[SESSIONS].get(key, 0), change)
+                    ),
+                    **(run_figures(_run_figures(report)) if day == dates[-1] else {}),
+                },
+                SESSION_QUARANTINE: {},
+                # A replaced session is logged twice: removed, then added.
+                SESSION_CHANGES: {
+                    "rows_logged": change.inserted + 2 * change.replaced + change.removed
+                },
+            }
+            for table in tables:
+                yield AssetMaterialization(
+                    asset_key=table.name,
+                    partition=key,
+                    metadata={
+                        "dagster/row_count": rows[table].get(key, 0),
+                        "dagster/uri": MetadataValue.path(store.uri(table)),
+                        # Read by the lifecycle sensor: the snapshot is corrected from these.
+                        "changed": day in report.changed,
+                        "updated": day in report.updated,
+                        "recomputed": day in report.recomputed,
+                        "delta_version": version,
+                        **own[table],
+                    },
+                )
 
     return sessionize
+
+
+def _day_summary(key: str, rows: int, change: DateChanges) -> str:
+    if change == NO_CHANGE:
+        return f"**{key}**: {rows} sessions, unchanged by this run."
+    return (
+        f"**{key}**: {rows} sessions; this run inserted {change.inserted}, replaced "
+        f"{change.replaced} and removed {change.removed}, for {change.users} users."
+    )
+
+
+def _run_figures(report: SessionsReport) -> dict[str, int]:
+    """What the whole run read and wrote (its dates together)."""
+    return {
+        "dates_requested": len(report.requested),
+        "dates_updated": len(report.updated),
+        "dates_changed": len(report.changed),
+        "users_recomputed": report.users_recomputed,
+        "pairs_recomputed": report.pairs_recomputed,
+        "dates_searched_by_user": report.dates_searched_by_user,
+        "users_looked_up": report.users_looked_up,
+        "events_rows_scanned": report.events_rows_scanned,
+        "events_read": report.events_read,
+        "sessions_inserted": report.inserted,
+        "sessions_replaced": report.replaced,
+        "sessions_removed": report.removed,
+        "rows_written": report.rows_written,
+        "files_rewritten": report.files_rewritten,
+        "files_before": report.files_total,
+    }

@@ -72,7 +72,9 @@ class EventsReport:
     rows_written: int = 0  # rows in the files the events commit added
     files_added: int = 0
     files_removed: int = 0
-    events_by_date: dict[str, int] = field(default_factory=dict)
+    # Per requested date: the batches holding its events, and those this run absorbed.
+    batches_by_date: dict[date, int] = field(default_factory=dict)
+    absorbed_by_date: dict[date, int] = field(default_factory=dict)
     events_version: int | None = None
 
 
@@ -93,6 +95,7 @@ def update_events(
     available = batch_inputs(store, dates)
     absorbed = absorbed_inputs(store, partitions=dates)
     plans = {d: plan(available[d], absorbed[d]) for d in dates}
+    report.batches_by_date = {d: len({r for _, r in available[d]}) for d in dates}
     if full_refresh:
         recompute, incremental = dates, []
     else:
@@ -165,13 +168,15 @@ def update_events(
     )
     report.updated = sorted([*incremental, *recompute])
     report.recomputed = recompute
+    report.absorbed_by_date = {
+        d: len(available[d]) if d in recompute else len(plans[d].new) for d in report.updated
+    }
     report.batches_read = len({r for _, r in (*new_inputs, *all_inputs)})
     report.raw_rows_read = indexed_rows(store, [*new_inputs, *all_inputs])
     report.new_events, report.duplicates, report.displaced = counts
     report.rows_written = commit.rows_written
     report.files_added = commit.files_added
     report.files_removed = commit.files_removed
-    report.events_by_date = store.row_counts(EVENTS, partitions=report.updated)
     report.events_version = commit.version
     return report
 

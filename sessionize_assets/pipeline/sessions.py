@@ -64,15 +64,23 @@ class SessionsReport:
     users_looked_up: int = 0
     events_rows_scanned: int = 0  # rows of the `events` partitions read whole
     events_read: int = 0  # events the sessions were recomputed from
-    inserted: int = 0
-    replaced: int = 0
-    removed: int = 0
     rows_written: int = 0
     files_rewritten: int = 0
     files_total: int = 0
-    quarantined_by_date: dict[str, int] = field(default_factory=dict)
-    sessions_by_date: dict[str, int] = field(default_factory=dict)
+    changes_by_date: dict[date, DateChanges] = field(default_factory=dict)
     sessions_version: int | None = None
+
+    @property
+    def inserted(self) -> int:
+        return sum(c.inserted for c in self.changes_by_date.values())
+
+    @property
+    def replaced(self) -> int:
+        return sum(c.replaced for c in self.changes_by_date.values())
+
+    @property
+    def removed(self) -> int:
+        return sum(c.removed for c in self.changes_by_date.values())
 
 
 def update_sessions(
@@ -203,9 +211,7 @@ def update_sessions(
                 commit_metadata=tags,
             )
         report.changed = changed_dates
-        report.inserted = sum(c.inserted for c in changes.values())
-        report.replaced = sum(c.replaced for c in changes.values())
-        report.removed = sum(c.removed for c in changes.values())
+        report.changes_by_date = changes
         report.events_read = read["events"] if read else 0
         report.users_recomputed = read["users"] if read else 0
         report.pairs_recomputed = pairs
@@ -218,8 +224,6 @@ def update_sessions(
     )
     report.updated = sorted([*whole, *partial])
     report.recomputed = whole
-    report.sessions_by_date = store.row_counts(SESSIONS, partitions=report.updated)
-    report.quarantined_by_date = store.row_counts(SESSION_QUARANTINE, partitions=report.updated)
     return report
 
 
@@ -320,19 +324,21 @@ def _diff(old: DataFrame, new: DataFrame) -> DataFrame:
     return differs.select(F.inline(F.filter(entries, lambda e: e.isNotNull())))
 
 
-@dataclass(frozen=True)
-class _DateChanges:
-    """Sessions of one date: a session both removed and added was replaced."""
+@dataclass(frozen=True, kw_only=True)
+class DateChanges:
+    """How one date's sessions changed in a run: a session both removed and added was
+    replaced; `users` are those with a changed session on the date."""
 
     inserted: int
     replaced: int
     removed: int
+    users: int
 
 
-def _summarise(diff: DataFrame) -> dict[date, _DateChanges]:
+def _summarise(diff: DataFrame) -> dict[date, DateChanges]:
     """Per session date with a changed row, how its sessions changed: one Spark job."""
     added, removed = F.col("added") == 1, F.col("removed") == 1
-    per_session = diff.groupBy("session_date", "session_id").agg(
+    per_session = diff.groupBy("session_date", "session_id", "user_id").agg(
         F.max((F.col("change") == "added").cast("int")).alias("added"),
         F.max((F.col("change") == "removed").cast("int")).alias("removed"),
     )
@@ -342,11 +348,14 @@ def _summarise(diff: DataFrame) -> dict[date, _DateChanges]:
             F.count(F.when(added & ~removed, 1)).alias("inserted"),
             F.count(F.when(added & removed, 1)).alias("replaced"),
             F.count(F.when(~added & removed, 1)).alias("removed"),
+            F.countDistinct("user_id").alias("users"),
         )
         .collect()
     )
     return {
-        r.session_date: _DateChanges(inserted=r.inserted, replaced=r.replaced, removed=r.removed)
+        r.session_date: DateChanges(
+            inserted=r.inserted, replaced=r.replaced, removed=r.removed, users=r.users
+        )
         for r in rows
     }
 

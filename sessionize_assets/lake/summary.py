@@ -1,0 +1,64 @@
+"""What the lake holds, reconciled: printed by `sessionize replay` and `sessionize rebuild`.
+
+Every line ingested is in `raw_events` (valid) or `rejected_events` (`origin = ingest`), and
+every raw row is in `events` or `rejected_events` as a cross-batch duplicate
+(`origin = events`). So lines = events + cross-batch duplicates + rejected at ingestion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import (
+    EVENTS,
+    RAW_EVENTS,
+    REJECTED_EVENTS,
+    SESSION_CHANGES,
+    SESSION_QUARANTINE,
+    SESSIONS,
+    USER_LIFECYCLE_SNAPSHOT,
+    USER_LIFECYCLE_STATE,
+)
+from sessionize_assets.transforms.validation import DEDUP, INGEST
+
+
+def describe_lake(store: DeltaStore, *, lake_dir: Path) -> list[str]:
+    """Lines for a person: the tables' sizes and where they are, and the lines reconciled."""
+
+    def rows(spec) -> int:  # type: ignore[no-untyped-def]
+        return sum(store.row_counts(spec).values())
+
+    rejected: dict[tuple[str, str], int] = {
+        (r["origin"], r["reason"]): r["count"]
+        for r in store.read(REJECTED_EVENTS).groupBy("origin", "reason").count().collect()
+    }
+    at_ingestion = {reason: n for (origin, reason), n in rejected.items() if origin == INGEST}
+    duplicates = sum(n for (origin, _), n in rejected.items() if origin == DEDUP)
+    events, raw = rows(EVENTS), rows(RAW_EVENTS)
+    lines = raw + sum(at_ingestion.values())
+    reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(at_ingestion.items()))
+    out = [
+        f"lake: {lake_dir.absolute()}",
+        f"  lines ingested      {lines:,} = {events:,} events + {duplicates:,} cross-batch "
+        f"duplicates + {sum(at_ingestion.values()):,} rejected at ingestion"
+        + (f" ({reasons})" if reasons else ""),
+    ]
+    if raw != events + duplicates:
+        out.append(
+            f"  NOT RECONCILED: raw_events holds {raw:,} rows, events and cross-batch "
+            f"duplicates {events + duplicates:,}"
+        )
+    snapshot_days = len(store.row_counts(USER_LIFECYCLE_SNAPSHOT))
+    for spec, what in (
+        (RAW_EVENTS, "valid lines, by received day"),
+        (REJECTED_EVENTS, "rejected lines, with the reason"),
+        (EVENTS, "accepted events, by event day"),
+        (SESSIONS, "sessions, by session day"),
+        (SESSION_QUARANTINE, "sessions past the maximum length"),
+        (SESSION_CHANGES, "corrections logged"),
+        (USER_LIFECYCLE_STATE, "lifecycle intervals"),
+        (USER_LIFECYCLE_SNAPSHOT, f"snapshot rows ({snapshot_days} days x 5 states)"),
+    ):
+        out.append(f"  {spec.name:<24}{rows(spec):>12,}  {what}")
+    return out

@@ -1,0 +1,168 @@
+"""The pipeline on a real Spark standalone cluster: a master and one worker on loopback.
+
+Both are started from the installed pyspark's own launcher (`bin/spark-class`), and
+`sessionize replay` runs in a subprocess with `SESSIONIZE_SPARK_MASTER=spark://127.0.0.1:PORT`
+(one driver per process: this test process already holds a local session). Its tables must
+equal those of the same zone replayed in local mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pyspark
+import pytest
+from dagster import instance_for_test
+from deltalake import DeltaTable
+
+from sessionize_assets.dev_server import free_port
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.replay import replay
+from sessionize_tests.conftest import make_settings
+
+START = date(2026, 1, 1)
+SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+TABLES = {
+    # table -> columns that are the same whichever run wrote them (no run ids, no clocks)
+    "events": None,
+    "rejected_events": None,
+    "sessions": None,
+    "session_quarantine": None,
+    "user_lifecycle_state": None,
+    "user_lifecycle_snapshot": None,
+    "session_changes": ["change", "session_id", "session_date", "event_count"],
+}
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(SPARK_CLASS), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        )
+
+
+def _alive_workers(ui: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{ui}/json/", timeout=5) as response:
+            return int(json.load(response).get("aliveworkers", 0))
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return 0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[str]:
+    logs = tmp_path_factory.mktemp("spark_cluster")
+    port, ui_port = free_port(), free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    processes = [
+        _start(
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui_port),
+            ],
+            logs / "master.log",
+        )
+    ]
+    try:
+        processes.append(
+            _start(
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    "2",
+                    "--memory",
+                    "2g",
+                    "--webui-port",
+                    str(free_port()),
+                    "--work-dir",
+                    str(logs / "work"),
+                    master_url,
+                ],
+                logs / "worker.log",
+            )
+        )
+        deadline = time.monotonic() + 120
+        while _alive_workers(f"http://127.0.0.1:{ui_port}") < 1:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                tails = {log.name: log.read_text()[-2000:] for log in logs.glob("*.log")}
+                pytest.fail(f"the standalone cluster did not come up: {tails}")
+            time.sleep(1)
+        yield master_url
+    finally:
+        for process in reversed(processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=30)
+
+
+def _rows(lake: Path, table: str, columns: list[str] | None) -> list[tuple]:
+    data = DeltaTable(str(lake / table)).to_pyarrow_table(columns=columns)
+    return sorted(tuple(row.values()) for row in data.to_pylist())
+
+
+def test_replay_on_a_standalone_cluster_equals_local_mode(cluster, tmp_path, spark):
+    zone = tmp_path / "zone"
+    generate_landing_zone(
+        out=zone, start=START, days=3, users=60, seed=3, late_share=0.2, bot_share=0.05
+    )
+    on_cluster = make_settings(tmp_path / "cluster", landing_dir=zone)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path / "cluster" / "dagster_home"),
+        "SESSIONIZE_LANDING_DIR": str(zone),
+        "SESSIONIZE_LAKE_DIR": str(on_cluster.lake_dir),
+        "SESSIONIZE_START_DATE": START.isoformat(),
+        "SESSIONIZE_SPARK_MASTER": cluster,
+        "SESSIONIZE_SPARK_CONF": ";".join(
+            [
+                "spark.ui.enabled=false",
+                "spark.executor.memory=1g",
+                # The driver on loopback too, where the worker reaches it.
+                "spark.driver.host=127.0.0.1",
+                "spark.driver.bindAddress=127.0.0.1",
+            ]
+        ),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        # Executors start Python workers for the validation UDF: the interpreter of this venv.
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("sessionize")), "replay"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"Spark started ({cluster})" in done.stdout
+
+    local = make_settings(tmp_path / "local", landing_dir=zone)
+    with instance_for_test() as instance:
+        assert replay(settings=local, instance=instance, echo=lambda _: None).ok
+
+    for table, columns in TABLES.items():
+        expected = _rows(local.lake_dir, table, columns)
+        assert expected or table == "session_quarantine", f"{table} is empty"
+        assert _rows(on_cluster.lake_dir, table, columns) == expected, table
