@@ -88,8 +88,9 @@ ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 
 # Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.
 SCREENSHOT ?= /tmp/sessionize.png
-# The lineage graph, sessions' partitions and one of them, the snapshot's plots, the sensors.
-SCREENSHOT_PAGES ?= graph partitions partition plots sensors landing_sensor
+# The lineage graph, sessions' partitions and one of them, the snapshot's plots, the sensors,
+# the landing sensor's ticks and the runs it launched.
+SCREENSHOT_PAGES ?= graph partitions partition plots sensors landing_sensor landing_runs
 screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
 		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \

@@ -4,38 +4,68 @@ Usage (after `make demo`, so the graph has history):
     .venv/bin/python scripts/screenshot_ui.py --out /tmp/sessionize-assets.png
 
 It starts `dagster dev` on a free loopback port with the demo's DAGSTER_HOME, landing zone and
-lake, waits for the webserver and daemons, lets Chromium render the page, then stops the
-servers. The image is an artifact: it is not committed.
+lake, waits for the webserver and daemons, then drives headless Chromium over the DevTools
+protocol: load each page, wait for its data, click a toggle where the view needs one (the
+snapshot's metadata Plots), save the PNG. It then stops the servers. The images are artifacts:
+they are not committed.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sessionize_assets.dev_server import DagsterDev
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-# {day} is the demo's last day, yesterday (UTC).
+
+
+@dataclass(frozen=True)
+class Page:
+    path: str  # {day} is the demo's last day, yesterday (UTC)
+    ready: str  # text the page shows once its data has loaded
+    click: str | None = None  # then the button with this text is clicked, as a user would
+    height: int = 1000
+
+
 PAGES = {
     # The lineage around sessions, four steps each way: raw -> events -> sessions -> lifecycle,
     # with every asset drawn (the global graph starts with its groups collapsed).
-    "graph": "/assets/sessions?view=lineage&lineageScope=neighbors&lineageDepth=4",
-    "groups": "/asset-groups",
-    "assets": "/assets",
-    "partitions": "/assets/sessions?view=partitions",
-    "partition": "/assets/sessions?view=partitions&partition={day}",
-    "plots": "/assets/user_lifecycle_snapshot?view=plots",
-    "sensors": "/automation",
-    "landing_sensor": "/locations/sessionize/sensors/landing_sensor",
-    "runs": "/runs",
+    "graph": Page(
+        "/assets/sessions?view=lineage&lineageScope=neighbors&lineageDepth=4",
+        ready="user_lifecycle_snapshot",
+    ),
+    "groups": Page("/asset-groups", ready="sessions"),
+    "assets": Page("/assets", ready="sessions"),
+    "partitions": Page("/assets/sessions?view=partitions", ready="Materialized"),
+    "partition": Page("/assets/sessions?view=partitions&partition={day}", ready="row_count"),
+    # The overview's metadata section, switched from Table to Plots: one point per partition.
+    "plots": Page(
+        "/assets/user_lifecycle_snapshot?view=overview",
+        ready="users_new",
+        click="Plots",
+        height=2400,
+    ),
+    "sensors": Page("/automation", ready="landing_sensor"),
+    "landing_sensor": Page("/locations/sessionize/sensors/landing_sensor", ready="runs requested"),
+    # The runs the landing sensor launched (its Runs view).
+    "landing_runs": Page(
+        "/locations/sessionize/sensors/landing_sensor", ready="runs requested", click="Runs"
+    ),
+    "runs": Page("/runs", ready="ingest_batch_job"),
 }
 
 
@@ -50,27 +80,121 @@ def find_browser() -> str:
     )
 
 
-def screenshot(*, browser: str, url: str, out: Path, width: int, height: int, wait_ms: int) -> None:
+class Chromium:
+    """Headless Chromium driven over the DevTools protocol on a pipe (fds 3 and 4, JSON
+    messages ended by NUL): enough to load a page, click a button and take a screenshot,
+    with nothing but the standard library."""
+
+    def __init__(self, browser: str, profile: str) -> None:
+        to_browser, self._commands = os.pipe()
+        self._responses, from_browser = os.pipe()
+
+        def wire_pipes() -> None:  # in the child: the protocol's fds 3 and 4
+            high_in, high_out = os.dup(to_browser), os.dup(from_browser)
+            os.dup2(high_in, 3)
+            os.dup2(high_out, 4)
+            for fd in {to_browser, from_browser, high_in, high_out} - {3, 4}:
+                os.close(fd)
+
+        self._process = subprocess.Popen(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            # The fds the child wires to 3 and 4 must survive exec: no fd closing after it.
+            close_fds=False,
+            preexec_fn=wire_pipes,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buffer = b""
+        self._next_id = 0
+
+    def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buffer:
+                chunk = os.read(self._responses, 1 << 20)
+                if not chunk:
+                    raise RuntimeError(f"Chromium closed the protocol pipe during {method}")
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._next_id:  # events (no id) are not needed here
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, OSError):  # the pipe may close first
+            self.call("Browser.close")
+        self._process.wait(timeout=30)
+        os.close(self._commands)
+        os.close(self._responses)
+
+
+def screenshot(*, browser: str, url: str, page: Page, out: Path, width: int, wait_ms: int) -> None:
+    """Load `url`, wait for the page's data, click its button if it has one, save a PNG."""
     with tempfile.TemporaryDirectory(prefix="sessionize-chromium-") as profile:
-        command = [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-background-networking",
-            "--no-first-run",
-            "--hide-scrollbars",
-            f"--user-data-dir={profile}",
-            f"--window-size={width},{height}",
-            # Virtual time lets the single-page app fetch and lay out the graph before the shot.
-            f"--virtual-time-budget={wait_ms}",
-            f"--screenshot={out}",
-            url,
-        ]
-        subprocess.run(command, check=True, capture_output=True, timeout=180)
-    if not out.exists() or out.stat().st_size == 0:
-        sys.exit(f"error: Chromium wrote no screenshot to {out}")
+        chromium = Chromium(browser, profile)
+        try:
+            target = chromium.call("Target.createTarget", url="about:blank")["targetId"]
+            session = chromium.call("Target.attachToTarget", targetId=target, flatten=True)[
+                "sessionId"
+            ]
+            chromium.call(
+                "Emulation.setDeviceMetricsOverride",
+                session,
+                width=width,
+                height=page.height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            chromium.call("Page.navigate", session, url=url)
+            _wait_for(chromium, session, f"document.body.innerText.includes({page.ready!r})", url)
+            if page.click:
+                clicked = _evaluate(
+                    chromium,
+                    session,
+                    "(() => { const b = [...document.querySelectorAll('button')]"
+                    f".find(e => e.textContent.trim() === {page.click!r});"
+                    " if (b) { b.click(); return true; } return false; })()",
+                )
+                if not clicked:
+                    sys.exit(f"error: no button {page.click!r} on {url}")
+            time.sleep(wait_ms / 1000)  # let the charts and lists finish drawing
+            data = chromium.call("Page.captureScreenshot", session, format="png")["data"]
+        finally:
+            chromium.close()
+    out.write_bytes(base64.b64decode(data))
+
+
+def _evaluate(chromium: Chromium, session: str, expression: str) -> Any:
+    result = chromium.call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+    return result.get("result", {}).get("value")
+
+
+def _wait_for(chromium: Chromium, session: str, condition: str, url: str) -> None:
+    deadline = time.monotonic() + 60
+    while not _evaluate(chromium, session, f"!!document.body && {condition}"):
+        if time.monotonic() > deadline:
+            sys.exit(f"error: {url} did not show its data within 60 s ({condition})")
+        time.sleep(0.5)
 
 
 def main() -> None:
@@ -86,8 +210,9 @@ def main() -> None:
     )
     parser.add_argument("--dagster-home", type=Path, default=ROOT / ".dagster_home")
     parser.add_argument("--width", type=int, default=1600)
-    parser.add_argument("--height", type=int, default=1000)
-    parser.add_argument("--wait-ms", type=int, default=20_000)
+    parser.add_argument(
+        "--wait-ms", type=int, default=3_000, help="after the data shows, before the shot"
+    )
     args = parser.parse_args()
 
     browser = find_browser()
@@ -108,15 +233,15 @@ def main() -> None:
         # Dismiss the one-off community dialog the UI shows on loopback, as a click would.
         server.graphql("mutation { setNuxSeen }")
         for page in pages:
-            url = server.url + PAGES[page].format(day=day)
+            url = server.url + PAGES[page].path.format(day=day)
             target = out if len(pages) == 1 else out.with_name(f"{out.stem}-{page}{out.suffix}")
             print(f"rendering {url}")
             screenshot(
                 browser=browser,
                 url=url,
+                page=PAGES[page],
                 out=target,
                 width=args.width,
-                height=args.height,
                 wait_ms=args.wait_ms,
             )
             print(f"wrote {target} ({target.stat().st_size:,} bytes)")
