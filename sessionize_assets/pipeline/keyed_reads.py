@@ -81,6 +81,26 @@ def read_by_keys(
     )
 
 
+def read_pairs(store: DeltaStore, spec: TableSpec, *, pairs: DataFrame, key: str) -> DataFrame:
+    """The rows of `spec` whose (partition column, `key`) is a row of `pairs`, read from the
+    files whose log statistics can hold them.
+
+    For a table written sorted by `key` (`sessions` by user), that is a few files of each
+    partition instead of all of them, and no file is opened to be skipped. Past
+    PRUNING_PAIRS_LIMIT pairs, their partitions are read whole. One small Spark job brings the
+    pairs to the driver; persist `pairs`, it is read twice.
+    """
+    part = spec.partition_by
+    by_partition = keys_by_partition(pairs, partition=part, key=key, limit=PRUNING_PAIRS_LIMIT)
+    if by_partition is None:
+        partitions = sorted(r[0] for r in pairs.select(part).distinct().collect())
+        rows = store.read(spec, partitions=partitions)
+    else:
+        files = store.files_with_values(spec, column=key, values=by_partition)
+        rows = store.read_files(spec, files)
+    return rows.join(pairs.select(part, key).distinct(), on=[part, key], how="left_semi")
+
+
 def keys_by_partition(
     pairs: DataFrame, *, partition: str, key: str, limit: int
 ) -> dict[date, list[str]] | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
+from functools import reduce
 
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -31,8 +32,9 @@ from sessionize_assets.partitions import ONE_DAY, days_between
 from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
     keys_by_partition,
-    read_by_keys,
+    read_pairs,
 )
+from sessionize_assets.pipeline.sessions import PAIR
 from sessionize_assets.pipeline.versions import signed_rows
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import (
@@ -83,9 +85,9 @@ def update_lifecycle(
     sessions_version = store.version(SESSIONS)
     report = LifecycleReport(as_of=as_of)
 
-    anchors = None
+    scope = None
     if absorbed is not None and previous_as_of is not None and sessions_version is not None:
-        anchors = _anchors(
+        scope = _changed_scope(
             store,
             spark,
             absorbed=absorbed,
@@ -93,25 +95,20 @@ def update_lifecycle(
             previous_as_of=previous_as_of,
             as_of=as_of,
         )
-    if anchors is None:  # first run, or the sessions history since then is gone
+    if scope is None:  # first run, or the sessions history since then is gone
         report.restated_from_start = True
-        anchors = (
-            store.read(SESSIONS, partitions=days_between(settings.start_date, as_of))
-            .select("user_id")
-            .unionByName(store.read(USER_LIFECYCLE_STATE).select("user_id"))
-            .distinct()
-            .withColumn("anchor", F.lit(settings.start_date))
-        )
-    anchors = anchors.persist(StorageLevel.MEMORY_AND_DISK)
-    frames: list[DataFrame] = [anchors]
+        scope = _everyone(store, start=settings.start_date, as_of=as_of)
+    frames: list[DataFrame] = scope.cached()
     try:
-        scope = anchors.agg(F.count(F.lit(1)), F.min("anchor")).first()
-        report.users_restated = scope[0]
-        if scope[0]:
-            earliest: date = scope[1]
-            old = _old_intervals(store, anchors, earliest=earliest, previous_as_of=previous_as_of)
+        users, earliest = scope.anchors.agg(F.count(F.lit(1)), F.min("anchor")).first()
+        report.users_restated = users
+        if users:
+            old = _old_intervals(
+                store, scope.anchors, earliest=earliest, previous_as_of=previous_as_of
+            )
             frames.append(old)
-            removed, added = _restate(store, anchors, old, report, earliest=earliest, as_of=as_of)
+            session_days = scope.session_days(store, old)
+            removed, added = _restate(scope.anchors, old, session_days, report, as_of=as_of)
             frames += [removed, added]
             _commit_intervals(
                 store,
@@ -146,7 +143,72 @@ def _marks(sessions_version: int | None, as_of: date) -> list[AppTransaction]:
     return marks
 
 
-def _anchors(
+@dataclass(frozen=True)
+class _Scope:
+    """The users a run restates, from which day, and where their session days come from."""
+
+    anchors: DataFrame  # (user_id, anchor): each user whose intervals can change, from when
+    # (user_id, session_date) read from `sessions`: the days the as-of day moves over, or every
+    # day when restating from the start.
+    read: DataFrame
+    # (user_id, session_date) pairs whose sessions changed since the absorbed version, and the
+    # as-of day the old intervals run through; both None when restating from the start.
+    changed: DataFrame | None = None
+    held_through: date | None = None
+
+    def cached(self) -> list[DataFrame]:
+        """Persist the frames used more than once; the caller unpersists them."""
+        frames = [self.anchors, self.read]
+        if self.changed is not None:
+            frames.append(self.changed)
+        for frame in frames:
+            frame.persist(StorageLevel.MEMORY_AND_DISK)
+        return frames
+
+    def session_days(self, store: DeltaStore, old: DataFrame) -> DataFrame:
+        """(user_id, session_date): the anchored users' session days from their anchor on, as
+        they are now, given their `old` intervals from the day before their anchor.
+
+        A day of a `new` or `active` stretch is a day with a session (SPEC §4), so the old
+        intervals hold the session days absorbed through `held_through`: of those days only
+        the changed pairs are read again from `sessions` (the few files whose user range can
+        hold them), and the later ones were read whole. The history is not read.
+        """
+        if self.changed is None or self.held_through is None:
+            return self.read  # restating from the start: every day was read
+        held = (
+            old.where(F.col("state").isin("new", "active"))
+            .select(
+                "user_id",
+                F.greatest("valid_from", "anchor").alias("_from"),
+                F.least("valid_to", F.lit(self.held_through)).alias("_to"),
+            )
+            .where(F.col("_from") <= F.col("_to"))
+            .select("user_id", F.explode(F.sequence("_from", "_to")).alias("session_date"))
+            .join(self.changed, on=list(PAIR), how="left_anti")
+        )
+        reread = read_pairs(
+            store,
+            SESSIONS,
+            pairs=self.changed.where(F.col("session_date") <= F.lit(self.held_through)),
+            key="user_id",
+        ).select(*PAIR)
+        return held.unionByName(reread).unionByName(self.read)
+
+
+def _everyone(store: DeltaStore, *, start: date, as_of: date) -> _Scope:
+    """Every user with a session or an interval, restated from the start date."""
+    session_days = store.read(SESSIONS, partitions=days_between(start, as_of)).select(*PAIR)
+    anchors = (
+        session_days.select("user_id")
+        .unionByName(store.read(USER_LIFECYCLE_STATE).select("user_id"))
+        .distinct()
+        .withColumn("anchor", F.lit(start))
+    )
+    return _Scope(anchors=anchors, read=session_days)
+
+
+def _changed_scope(
     store: DeltaStore,
     spark: SparkSession,
     *,
@@ -154,33 +216,33 @@ def _anchors(
     sessions_version: int,
     previous_as_of: date,
     as_of: date,
-) -> DataFrame | None:
-    """(user_id, anchor): each user whose intervals can change, from the earliest day that can.
+) -> _Scope | None:
+    """The users whose session days changed since `absorbed` (from their earliest changed
+    day), those with a session on the days the as-of day moves over and those whose current
+    stretch runs out on them (from the first of those days).
 
     None when the sessions history since `absorbed` is no longer available.
     """
     changed = _changed_session_days(store, spark, since=absorbed, through=sessions_version)
     if changed is None:
         return None
-    parts = [
-        changed.where(F.col("session_date") <= F.lit(as_of)).select(
-            "user_id", F.col("session_date").alias("anchor")
-        )
-    ]
-    if as_of > previous_as_of:
-        moved_over = days_between(previous_as_of + ONE_DAY, as_of)
-        after = F.lit(previous_as_of + ONE_DAY).alias("anchor")
+    changed = changed.where(F.col("session_date") <= F.lit(as_of))
+    moved_over = days_between(previous_as_of + ONE_DAY, as_of) if as_of > previous_as_of else []
+    arrivals = store.read(SESSIONS, partitions=moved_over).select(*PAIR)
+    parts = [changed.select("user_id", F.col("session_date").alias("anchor"))]
+    if moved_over:
+        after = F.lit(moved_over[0]).alias("anchor")
         # Users with a session on the days the as-of day moves over ...
-        parts.append(store.read(SESSIONS, partitions=moved_over).select("user_id", after))
+        parts.append(arrivals.select("user_id", after))
         # ... and those whose current stretch runs out on them (idle states move on by time).
         current = store.read(USER_LIFECYCLE_STATE, partitions=[OPEN_END])
         parts.append(
             current.where(_runs_out(previous_as_of) < F.lit(as_of)).select("user_id", after)
         )
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part)
-    return union.groupBy("user_id").agg(F.min("anchor").alias("anchor"))
+    anchors = (
+        reduce(DataFrame.unionByName, parts).groupBy("user_id").agg(F.min("anchor").alias("anchor"))
+    )
+    return _Scope(anchors=anchors, read=arrivals, changed=changed, held_through=previous_as_of)
 
 
 def _runs_out(previous_as_of: date) -> Column:
@@ -229,12 +291,11 @@ def _old_intervals(
 
 
 def _restate(
-    store: DeltaStore,
     anchors: DataFrame,
     old: DataFrame,
+    session_days: DataFrame,
     report: LifecycleReport,
     *,
-    earliest: date,
     as_of: date,
 ) -> tuple[DataFrame, DataFrame]:
     """(removed, added): the anchored users' interval rows that are gone, and the new ones,
@@ -243,23 +304,10 @@ def _restate(
         "user_id", F.col("state").alias("prior_state"), F.col("valid_from").alias("prior_from")
     )
     balances = anchors.join(prior, on="user_id", how="left")
-    # Each anchored user's session days from the anchor, read by user (Parquet skips the
-    # row groups of other users) on the dates where few are wanted.
-    wanted = (
-        anchors.select(
-            "user_id",
-            F.explode(F.sequence("anchor", F.lit(as_of))).alias("session_date"),
-        )
-        .where(F.col("session_date") >= F.lit(earliest))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    new = restate_intervals(balances=balances, session_days=session_days, as_of=as_of).persist(
+        StorageLevel.MEMORY_AND_DISK
     )
     try:
-        session_days = read_by_keys(
-            store, SESSIONS, wanted=wanted, key="user_id", columns=["user_id", "session_date"]
-        ).rows
-        new = restate_intervals(balances=balances, session_days=session_days, as_of=as_of).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
         before = old.select(*INTERVAL_COLUMNS)
         removed = before.join(new, on=INTERVAL_COLUMNS, how="left_anti")
         added = new.join(before, on=INTERVAL_COLUMNS, how="left_anti")
@@ -278,8 +326,7 @@ def _restate(
         )
         report.intervals_added, report.intervals_removed, report.users_changed = stats
     finally:
-        wanted.unpersist()
-    new.unpersist()
+        new.unpersist()
     return removed, added
 
 
