@@ -157,10 +157,11 @@ class _Scope:
     held_through: date | None = None
 
     def cached(self) -> list[DataFrame]:
-        """Persist the frames used more than once; the caller unpersists them."""
-        frames = [self.anchors, self.read]
+        """Persist the frames used more than once; the caller unpersists them. The inputs go
+        first, so that the anchors' cached plan reads them from the cache."""
+        frames = [self.read, self.anchors]
         if self.changed is not None:
-            frames.append(self.changed)
+            frames.insert(0, self.changed)
         for frame in frames:
             frame.persist(StorageLevel.MEMORY_AND_DISK)
         return frames
