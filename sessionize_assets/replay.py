@@ -31,6 +31,7 @@ from dagster import (
     evaluate_automation_conditions,
 )
 
+from sessionize_assets.assets.metadata import is_flagged
 from sessionize_assets.definitions import (
     EVENTS_JOB,
     INGEST_JOB,
@@ -310,12 +311,13 @@ def _metadata(result: ExecuteInProcessResult, asset: str) -> dict[str, Any]:
 def flagged_partitions(result: ExecuteInProcessResult, asset: str, flag: str) -> list[date]:
     """The partitions of `asset` that the run reported with the metadata entry `flag` true
     (`updated`, `recomputed`, `changed`, `rewritten`)."""
-    found = set()
-    for event in result.get_asset_materialization_events():
-        entry = event.materialization.metadata.get(flag)
-        if event.asset_key == AssetKey(asset) and entry is not None and entry.value:
-            found.add(date.fromisoformat(event.partition or ""))
-    return sorted(found)
+    return sorted(
+        {
+            date.fromisoformat(event.partition or "")
+            for event in result.get_asset_materialization_events()
+            if event.asset_key == AssetKey(asset) and is_flagged(event.materialization, flag)
+        }
+    )
 
 
 def run_figure(result: ExecuteInProcessResult, asset: str, name: str) -> int:

@@ -31,6 +31,7 @@ from dagster import (
     sensor,
 )
 
+from sessionize_assets.assets.metadata import is_flagged
 from sessionize_assets.lake.log_files import read_small_table, table_path
 from sessionize_assets.lake.tables import LANDING_BATCHES
 from sessionize_assets.partitions import (
@@ -206,12 +207,6 @@ def _dates(materialization: AssetMaterialization | None, field: str) -> list[dat
     return [date.fromisoformat(d) for d in (value.value if value else [])]
 
 
-def _flag(materialization: AssetMaterialization, field: str) -> bool:
-    """A boolean metadata entry (False when absent)."""
-    value = materialization.metadata.get(field)
-    return bool(value.value) if value is not None else False
-
-
 def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | None:
     """First day of the latest run of `job_name` if that run failed or was canceled."""
     runs = context.instance.get_runs(RunsFilter(job_name=job_name), limit=1)
@@ -258,7 +253,7 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
                 if key == SESSIONS_KEY:
                     # Each sessions date is reported with `changed`: did its rows change.
                     triggered = True
-                    if materialization is not None and _flag(materialization, "changed"):
+                    if materialization is not None and is_flagged(materialization, "changed"):
                         changed.add(date.fromisoformat(materialization.partition or ""))
                 elif not _dates(materialization, "touched_event_dates"):
                     # A batch that touched no event date starts no sessions run: advance here.

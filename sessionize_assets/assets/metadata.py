@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import AssetSpec, TableColumn, TableSchema
+from dagster import AssetMaterialization, AssetSpec, TableColumn, TableSchema
 
 from sessionize_assets.lake.store import TableSpec
 
@@ -65,3 +65,10 @@ def run_figures(figures: Mapping[str, Any]) -> dict[str, Any]:
     partition shows the run's totals as its own.
     """
     return {f"run_{name}": value for name, value in figures.items()}
+
+
+def is_flagged(materialization: AssetMaterialization, flag: str) -> bool:
+    """Whether a partition's materialization carries the boolean entry `flag` as true
+    (`updated`, `recomputed`, `changed`, `rewritten`); False when absent."""
+    entry = materialization.metadata.get(flag)
+    return bool(entry.value) if entry is not None else False

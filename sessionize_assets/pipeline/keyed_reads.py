@@ -18,7 +18,7 @@ from functools import reduce
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore, TableSpec
+from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec
 
 # A partition with more wanted keys than this is read whole: an IN list that long would
 # keep most row groups anyway, and it is planned and checked row group by row group.
@@ -81,23 +81,31 @@ def read_by_keys(
     )
 
 
-def read_pairs(store: DeltaStore, spec: TableSpec, *, pairs: DataFrame, key: str) -> DataFrame:
-    """The rows of `spec` whose (partition column, `key`) is a row of `pairs`, read from the
-    files whose log statistics can hold them.
-
-    For a table written sorted by `key` (`sessions` by user), that is a few files of each
-    partition instead of all of them, and no file is opened to be skipped. Past
-    PRUNING_PAIRS_LIMIT pairs, their partitions are read whole. One small Spark job brings the
-    pairs to the driver; persist `pairs`, it is read twice.
+def files_for_pairs(
+    store: DeltaStore, spec: TableSpec, *, pairs: DataFrame, key: str
+) -> tuple[list[PartitionValue], list[str] | None]:
+    """The partitions of `pairs` ((partition column, `key`) rows), and the files of them whose
+    log statistics can hold their keys: for a table written sorted by `key`, a few files of
+    each partition, chosen without opening any. The files are None past PRUNING_PAIRS_LIMIT
+    pairs: the caller then takes those partitions whole. One small Spark job (two past the
+    limit) brings the pairs to the driver.
     """
     part = spec.partition_by
     by_partition = keys_by_partition(pairs, partition=part, key=key, limit=PRUNING_PAIRS_LIMIT)
     if by_partition is None:
-        partitions = sorted(r[0] for r in pairs.select(part).distinct().collect())
-        rows = store.read(spec, partitions=partitions)
-    else:
-        files = store.files_with_values(spec, column=key, values=by_partition)
-        rows = store.read_files(spec, files)
+        return sorted(r[0] for r in pairs.select(part).distinct().collect()), None
+    files = store.files_with_values(spec, column=key, values=by_partition)
+    return sorted(by_partition), files
+
+
+def read_pairs(store: DeltaStore, spec: TableSpec, *, pairs: DataFrame, key: str) -> DataFrame:
+    """The rows of `spec` whose (partition column, `key`) is a row of `pairs`, read from the
+    files `files_for_pairs` chooses. Persist `pairs`, it is read twice."""
+    partitions, files = files_for_pairs(store, spec, pairs=pairs, key=key)
+    rows = (
+        store.read(spec, partitions=partitions) if files is None else store.read_files(spec, files)
+    )
+    part = spec.partition_by
     return rows.join(pairs.select(part, key).distinct(), on=[part, key], how="left_semi")
 
 

@@ -26,14 +26,10 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import AppTransaction, DeltaStore, TableSpec
+from sessionize_assets.lake.store import AppTransaction, DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import ONE_DAY, days_between
-from sessionize_assets.pipeline.keyed_reads import (
-    PRUNING_PAIRS_LIMIT,
-    keys_by_partition,
-    read_pairs,
-)
+from sessionize_assets.pipeline.keyed_reads import files_for_pairs, read_pairs
 from sessionize_assets.pipeline.sessions import PAIR
 from sessionize_assets.pipeline.versions import signed_rows
 from sessionize_assets.settings import Settings
@@ -342,18 +338,9 @@ def _commit_intervals(
 ) -> None:
     """One commit: the removed rows dropped (only the files holding them are rewritten), the
     added ones appended, and the bookkeeping marks."""
-    spec: TableSpec = USER_LIFECYCLE_STATE
-    by_partition = keys_by_partition(
-        removed, partition="valid_to", key="user_id", limit=PRUNING_PAIRS_LIMIT
-    )
-    if by_partition is None:
-        partitions = sorted({r[0] for r in removed.select("valid_to").distinct().collect()})
-        files = None
-    else:
-        partitions = sorted(by_partition)
-        files = store.files_with_values(spec, column="user_id", values=by_partition)
+    partitions, files = files_for_pairs(store, USER_LIFECYCLE_STATE, pairs=removed, key="user_id")
     commit = store.rewrite(
-        spec,
+        USER_LIFECYCLE_STATE,
         partitions=partitions,
         drop_keys=removed if report.intervals_removed else None,
         files=files,
