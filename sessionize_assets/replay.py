@@ -54,6 +54,10 @@ class BatchOutcome:
     received_date: date
     runs: int
     succeeded: bool
+    # The job whose run failed, and the first line of its error (which names the file when
+    # a batch file cannot be read).
+    failed_job: str | None = None
+    error: str | None = None
     lines: int = 0
     accepted: int = 0
     rejected: int = 0
@@ -82,9 +86,11 @@ class ReplaySummary:
             return sum(getattr(b, name) for b in self.batches)
 
         runs = [b.runs for b in self.batches]
+        failed = [b for b in self.batches if not b.succeeded]
         out = [
             f"batches: {len(self.batches)} processed, {len(self.skipped)} skipped, "
-            f"{sum(not b.succeeded for b in self.batches)} failed",
+            f"{len(failed)} failed",
+            *(f"  FAILED {b.received_date} in {b.failed_job}: {b.error}" for b in failed),
             f"lines: {total('lines')} = {total('accepted')} accepted + "
             f"{total('rejected')} rejected at ingestion; late events: {total('late_events')}",
             f"sessions recomputed for {total('pairs_recomputed')} (user, day) pairs of "
@@ -125,6 +131,8 @@ def replay(
         echo(f"{day}: outside the received-day partitions {settings.start_date}..{last}, skipped")
     for day in comparison.vanished:
         echo(f"{day}: ingested before, its folder is gone; what was ingested stays")
+    for name in landing.foreign_entries():  # type: ignore[attr-defined]
+        echo(f"{name}: not a batch folder (received_date=YYYY-MM-DD), ignored")
     for index, batch in enumerate(pending, start=1):
         key = batch.received.isoformat()
         prefix = f"[{index}/{len(pending)}] {key} ({batch.why}):"
@@ -139,8 +147,11 @@ def replay(
             f"{outcome.pairs_recomputed} of {outcome.users_recomputed} users; "
             f"lifecycle days {outcome.lifecycle_days}"
         )
-        if not outcome.succeeded:
-            echo(f"stopping: batch {key} failed; see its runs in the Dagster UI")
+        if outcome.failed_job == INGEST_JOB:
+            # Nothing of the batch was committed, and later batches do not depend on it.
+            echo(f"{prefix} not ingested ({outcome.error}); going on with the next batches")
+        elif not outcome.succeeded:
+            echo(f"stopping: batch {key} failed in {outcome.failed_job}; see its runs in the UI")
             break
     summary.sensor_cursors = driver.sensor_cursors()
     for line in summary.lines():
@@ -256,10 +267,13 @@ class BatchDriver:
             ok = run(
                 self.lifecycle, request.tags[RANGE_START], request.tags[RANGE_END], request.tags
             )
+        failed = next((r for r in runs if not r.success), None)
         return BatchOutcome(
             received_date=received,
             runs=len(runs),
             succeeded=ok,
+            failed_job=failed.job_def.name if failed else None,
+            error=_first_error(failed) if failed else None,
             lines=int(raw.get("lines", 0)),
             accepted=int(raw.get("accepted", 0)),
             rejected=int(raw.get("rejected", 0)),
@@ -299,6 +313,20 @@ def _run(
         run_config=QUIET,
         tags={**tags, RANGE_START: first, RANGE_END: last},
     )
+
+
+def _first_error(result: ExecuteInProcessResult) -> str:
+    """The first line of the run's first step error, without Dagster's wrapper."""
+    for event in result.get_step_failure_events():
+        error = event.step_failure_data.error
+        if error is None:
+            continue
+        while error.cause is not None and error.cls_name == "DagsterExecutionStepExecutionError":
+            error = error.cause
+        # The message reads "package.module.ErrorClass: what"; keep what.
+        kind, _, what = error.message.strip().partition(": ")
+        return (what if kind.endswith(error.cls_name or "?") else error.message).splitlines()[0]
+    return "the run failed"
 
 
 def _metadata(result: ExecuteInProcessResult, asset: str) -> dict[str, Any]:

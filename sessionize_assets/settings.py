@@ -13,6 +13,8 @@ from datetime import date, timedelta
 from pathlib import Path
 
 DEFAULT_START_DATE = date(2026, 1, 1)
+# A longer landing line is rejected as line_too_long (kept whole in rejected_events).
+DEFAULT_MAX_LINE_BYTES = 1 << 20
 
 
 class SettingsError(ValueError):
@@ -29,6 +31,7 @@ class Settings:
     session_gap: timedelta = timedelta(minutes=30)
     max_session_length: timedelta = timedelta(hours=24)
     future_tolerance: timedelta = timedelta(minutes=5)
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     # Snowplow calls it backfill_limit_days: the widest range one run covers.
@@ -43,6 +46,8 @@ class Settings:
             )
         if self.future_tolerance < timedelta(0):
             raise SettingsError(f"future tolerance must be >= 0, got {self.future_tolerance}")
+        if self.max_line_bytes < 1:
+            raise SettingsError(f"max line bytes must be at least 1, got {self.max_line_bytes}")
         if self.max_partitions_per_run < 1:
             raise SettingsError("max partitions per run must be at least 1")
 
@@ -83,6 +88,7 @@ class Settings:
                 lambda v: timedelta(minutes=float(v)),
                 defaults.future_tolerance,
             ),
+            max_line_bytes=read("SESSIONIZE_MAX_LINE_BYTES", int, defaults.max_line_bytes),
             spark_master=read("SESSIONIZE_SPARK_MASTER", str, defaults.spark_master),
             spark_conf=spark_conf,
             max_partitions_per_run=read(

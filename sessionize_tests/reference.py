@@ -49,11 +49,15 @@ def non_empty_str(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
 
-def read_lines(path: Path) -> list[str]:
+MAX_LINE_BYTES = 1 << 20
+# Blank: nothing but ASCII whitespace (bytes.strip's set: space, tab, LF, CR, VT, FF).
+
+
+def read_lines(path: Path) -> list[bytes]:
     data = path.read_bytes()
     if path.name.endswith(".gz"):
         data = gzip.decompress(data)
-    return data.decode("utf-8").split("\n")
+    return data.split(b"\n")
 
 
 def reference_validate(landing: Path, pipeline_start: date) -> Reference:
@@ -62,14 +66,25 @@ def reference_validate(landing: Path, pipeline_start: date) -> Reference:
     candidates: list[Accepted] = []
     lines = 0
     for folder in sorted(landing.glob("received_date=*")):
-        received_date = date.fromisoformat(folder.name.split("=", 1)[1])
+        try:
+            received_date = date.fromisoformat(folder.name.split("=", 1)[1])
+        except ValueError:
+            continue  # not a received day: no batch
         for path in sorted(folder.iterdir()):
             if not path.name.endswith((".jsonl", ".jsonl.gz")):
                 continue
-            for line in read_lines(path):
-                if line.strip() == "":
+            for raw in read_lines(path):
+                if raw.strip() == b"":
                     continue
                 lines += 1
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    rejections["invalid_encoding"] += 1
+                    continue
+                if len(raw) > MAX_LINE_BYTES:
+                    rejections["line_too_long"] += 1
+                    continue
                 reason, accepted = classify(line, received_date, pipeline_start)
                 if reason is not None:
                     rejections[reason] += 1

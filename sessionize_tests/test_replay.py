@@ -6,6 +6,7 @@ batch by batch through Dagster runs, leave every table equal to the full recompu
 
 from __future__ import annotations
 
+import gzip
 from collections import Counter
 from datetime import date
 
@@ -21,7 +22,7 @@ from dagster import (
 from deltalake import DeltaTable
 
 from sessionize_assets.definitions import LIFECYCLE_JOB
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import append_day, generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import EVENTS, REJECTED_EVENTS, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.replay import replay
@@ -243,4 +244,37 @@ def test_a_second_replay_does_nothing_and_a_redelivery_counts_by_content(replaye
         changed = replay(settings=settings, instance=instance, echo=lines.append)
         assert changed.ok and [b.received_date for b in changed.batches] == [date(2026, 1, 4)]
         assert any(line.startswith("[1/1] 2026-01-04 (changed): ok") for line in lines)
+    _assert_tables_equal_the_full_recompute(settings, spark)
+
+
+def test_a_corrupt_batch_fails_alone_and_replay_goes_on(replayed, spark):
+    """Two more days land, the first with a truncated .jsonl.gz, next to a folder that is not a
+    received day: replay reports both, ingests the good batch, and the bad one once fixed."""
+    settings = replayed[0]
+    for _ in range(2):
+        append_day(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05)
+    (settings.landing_dir / "received_date=2024-13-45").mkdir()
+    bad_day, good_day = date(2026, 1, 11), date(2026, 1, 12)
+    bad = settings.landing_dir / f"received_date={bad_day}" / "zz-truncated.jsonl.gz"
+    packed = gzip.compress(b'{"messageId": "x"}\n' * 5000)
+    bad.write_bytes(packed[: len(packed) // 2])
+    with instance_for_test() as instance:
+        lines: list[str] = []
+        summary = replay(settings=settings, instance=instance, echo=lines.append)
+        assert not summary.ok
+        assert [(b.received_date, b.succeeded) for b in summary.batches] == [
+            (bad_day, False),
+            (good_day, True),
+        ]
+        assert summary.batches[0].runs == 1  # ingest only: nothing of it was committed
+        assert (
+            "received_date=2024-13-45: not a batch folder (received_date=YYYY-MM-DD), ignored"
+            in lines
+        )
+        assert f"  FAILED {bad_day} in ingest_batch_job: cannot read batch file {bad}" in "\n".join(
+            lines
+        )
+        bad.unlink()
+        fixed = replay(settings=settings, instance=instance, echo=lines.append)
+        assert fixed.ok and [b.received_date for b in fixed.batches] == [bad_day]
     _assert_tables_equal_the_full_recompute(settings, spark)

@@ -18,11 +18,16 @@ from dagster import (
 )
 
 from sessionize_assets.assets.metadata import lake_asset_spec, markdown_table
-from sessionize_assets.lake.tables import RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import LANDING_BATCHES, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.ingest import BatchIngested, ingest_batches
-from sessionize_assets.pipeline.landing import fingerprint
+from sessionize_assets.pipeline.landing import fingerprint, ingested_batches
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.landing import LandingZoneResource
+from sessionize_assets.resources.landing import (
+    BatchFileError,
+    LandingZoneResource,
+    unreadable_file,
+)
 from sessionize_assets.settings import Settings
 
 LATENESS_BUCKETS = (("same day", 0, 0), ("1 day", 1, 1), ("2-7 days", 2, 7), ("8-30 days", 8, 30))
@@ -69,21 +74,37 @@ def build_ingest_assets(
         context: AssetExecutionContext, landing: LandingZoneResource, lake: LakeResource
     ):
         """Validate landing batches and replace their raw_events and rejected_events partitions."""
-        days = [date.fromisoformat(key) for key in context.partition_keys]
         store = lake.store()
+        days = _batches_to_read(context, landing, store)
+        if not days:
+            return
         files = {day: landing.batch_files(day) for day in days}
+        ignored = {day: landing.ignored_files(day) for day in days}
         for day in days:
             if not files[day]:
-                context.log.warning(f"no batch folder or files at {landing.batch_dir(day)}")
+                context.log.warning(f"no batch files at {landing.batch_dir(day)}: an empty batch")
+            if ignored[day]:
+                names = ", ".join(ignored[day])
+                context.log.warning(f"batch {day}: not batch files, ignored: {names}")
         # Taken before the lines are read: a file replaced meanwhile shows as changed again.
         fingerprints = {day: fingerprint(day, files[day]) for day in days}
-        result = ingest_batches(
-            store,
-            landing.read_lines(lake.spark.session(), days),
-            fingerprints=fingerprints,
-            settings=settings,
-            run_id=context.run.run_id,
-        )
+        try:
+            result = ingest_batches(
+                store,
+                landing.read_lines(lake.spark.session(), days),
+                fingerprints=fingerprints,
+                settings=settings,
+                run_id=context.run.run_id,
+            )
+        except Exception as error:  # Spark's read errors reach Python as Py4J errors
+            path = unreadable_file(error)
+            if path is None:
+                raise
+            # Every line is counted before the first commit: the read fails before it.
+            raise BatchFileError(
+                f"cannot read batch file {path} (truncated or corrupt?): nothing of received "
+                f"days {days[0]}..{days[-1]} was committed"
+            ) from error
         rejected_rows = store.row_counts(REJECTED_EVENTS, partitions=days)
         for day in days:
             batch = result.batches[day]
@@ -99,6 +120,7 @@ def build_ingest_assets(
                 metadata=_raw_metadata(batch, late)
                 | {
                     "files": len(files[day]),
+                    "ignored_files": MetadataValue.json(ignored[day]),
                     "batch_fingerprint": fingerprints[day].digest,
                     "batch_bytes": fingerprints[day].total_bytes,
                     "dagster/uri": MetadataValue.path(store.uri(RAW_EVENTS)),
@@ -131,6 +153,23 @@ def build_ingest_assets(
             )
 
     return ingest_batch
+
+
+def _batches_to_read(
+    context: AssetExecutionContext, landing: LandingZoneResource, store: DeltaStore
+) -> list[date]:
+    """The run's received days but those ingested before whose folder is gone (landing
+    retention): what they hold stays, and the run says so; it is never replaced by nothing.
+    A day never ingested without a folder is an empty batch, as is an empty folder."""
+    days = [date.fromisoformat(key) for key in context.partition_keys]
+    ingested = ingested_batches(store.read_arrow(LANDING_BATCHES, partitions=days))
+    kept = [day for day in days if day in ingested and not landing.batch_dir(day).is_dir()]
+    for day in kept:
+        context.log.warning(
+            f"batch {day} was ingested from {len(ingested[day].files)} files and its folder "
+            f"{landing.batch_dir(day)} is gone: what was ingested stays, untouched"
+        )
+    return [day for day in days if day not in kept]
 
 
 def _raw_metadata(batch: BatchIngested, late: dict[str, int]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Broken lines, each failing exactly one SPEC §2 check, so every rejection reason is exercised.
+"""Broken lines, each failing exactly one SPEC §2 check (or the encoding check before them), so
+every rejection reason is exercised.
 
 Why these variants: they are the type traps real pipelines fall into (a numeric messageId, a
 numeric userId, a date without a time, February 30th, JSON that is valid but not an object).
@@ -15,6 +16,7 @@ from sessionize_assets.generator.formats import DAY, HOUR, MINUTE, SECOND, dumps
 from sessionize_assets.generator.population import User
 
 MANDATORY_VARIANTS: tuple[tuple[str, str], ...] = (
+    ("invalid_encoding", "latin1"),
     ("malformed_json", "truncated"),
     ("malformed_json", "array"),
     ("malformed_json", "string"),
@@ -82,6 +84,11 @@ def invalid_line(
 
 def _corrupt(rng: random.Random, msg: dict[str, Any], reason: str, variant: str) -> str:
     """Render `msg` so that the first failing SPEC §2 check is `reason`."""
+    if reason == "invalid_encoding":
+        # A collector that wrote Latin-1: "é" as the single byte 0xE9. The writer encodes
+        # lines with surrogateescape, so the lone surrogate U+DCE9 becomes that byte.
+        msg["event"] = "Caf\udce9 visited"
+        return dumps(msg)
     if reason == "malformed_json":
         if variant == "truncated":
             text = dumps(msg)

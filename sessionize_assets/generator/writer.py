@@ -90,9 +90,11 @@ def _write_lines(sink: BinaryIO | gzip.GzipFile, lines: Sequence[str], part: Fil
     if part.blank_at is not None:
         chunk.insert(part.blank_at, "")
     if part.trailing_blank:
-        chunk.append("")
+        chunk.append(" \t")  # blank too: nothing but whitespace
     for i in range(0, len(chunk), _WRITE_BLOCK):
-        sink.write("".join(f"{line}\n" for line in chunk[i : i + _WRITE_BLOCK]).encode())
+        text = "".join(f"{line}\n" for line in chunk[i : i + _WRITE_BLOCK])
+        # surrogateescape: an invalid_encoding line carries its bytes as lone surrogates.
+        sink.write(text.encode("utf-8", "surrogateescape"))
 
 
 def count_lines(folder: Path) -> int:

@@ -63,7 +63,9 @@ from sessionize_assets.generator.writer import (
     write_batch,
 )
 
+# What the generator produces (a line over the pipeline's length limit it does not).
 REJECTION_REASONS: tuple[str, ...] = (
+    "invalid_encoding",
     "malformed_json",
     "missing_message_id",
     "missing_user",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pyspark.sql.types import (
+    BinaryType,
     BooleanType,
     DataType,
     DateType,
@@ -73,7 +74,7 @@ REJECTED_EVENTS = TableSpec(
     partition_by="received_date",
     description="Input lines that did not become events, with the first rule they broke.",
     schema=_fields(
-        _RAW_LINE,
+        ("raw_line", StringType(), False, "the line as received (see raw_bytes)"),
         ("reason", StringType(), False, "SPEC §2 reason code"),
         ("detail", StringType(), True, "what exactly was wrong, for a human"),
         ("message_id", StringType(), True, "messageId when the line had a usable one"),
@@ -81,6 +82,12 @@ REJECTED_EVENTS = TableSpec(
         _SOURCE_FILE,
         ("origin", StringType(), False, "ingest (validation, in-batch copies) or events (dedup)"),
         ("event_date", DateType(), True, "for cross-batch duplicates: the copy's event date"),
+        (
+            "raw_bytes",
+            BinaryType(),
+            True,
+            "invalid_encoding: the line's exact bytes (raw_line shows them with U+FFFD)",
+        ),
     ),
 )
 

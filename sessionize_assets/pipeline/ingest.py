@@ -65,7 +65,10 @@ def ingest_batches(
     """
     days = sorted(fingerprints)
     parsed = parse_lines(
-        lines, start_date=settings.start_date, future_tolerance=settings.future_tolerance
+        lines,
+        start_date=settings.start_date,
+        future_tolerance=settings.future_tolerance,
+        max_line_bytes=settings.max_line_bytes,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     try:

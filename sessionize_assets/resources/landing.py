@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterable
 from datetime import date
@@ -13,9 +12,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
-log = logging.getLogger(__name__)
-
 _BATCH = re.compile(r"^received_date=(\d{4}-\d{2}-\d{2})$")
+# Spark's error when a file cannot be read or decompressed (a truncated .jsonl.gz).
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE[^\]]*\][^\n]*? reading file (\S+?)\.?\s")
+# A blank line (ignored, SPEC §1) holds nothing but ASCII whitespace: space, tab, CR, LF,
+# vertical tab, form feed (Java's `\s`; Spark's `trim` strips spaces only).
+BLANK_LINE = r"^\s*$"
 LINES_SCHEMA = StructType(
     [
         StructField("raw_line", StringType(), False),
@@ -23,6 +25,16 @@ LINES_SCHEMA = StructType(
         StructField("source_file", StringType(), False),
     ]
 )
+
+
+class BatchFileError(RuntimeError):
+    """A batch file cannot be read (a truncated or corrupt `.jsonl.gz`): its batch fails whole."""
+
+
+def unreadable_file(error: BaseException) -> str | None:
+    """The file Spark names in `error` when reading it failed, else None."""
+    match = _FAILED_READ.search(str(error))
+    return match.group(1).removeprefix("file://") if match else None
 
 
 class LandingZoneResource(ConfigurableResource):
@@ -38,38 +50,47 @@ class LandingZoneResource(ConfigurableResource):
         return self.root / f"received_date={received_date.isoformat()}"
 
     def batches(self) -> list[date]:
-        """Received days that have a batch folder, oldest first (a folder whose name is not a
-        real date, such as `received_date=2024-13-45`, is no batch: it is logged and left)."""
+        """Received days that have a batch folder, oldest first."""
+        return self._scan()[0]
+
+    def foreign_entries(self) -> list[str]:
+        """Names in the landing zone that are no batch folder, such as a folder named
+        `received_date=2024-13-45` (not a real day): reported and left alone, never fatal."""
+        return self._scan()[1]
+
+    def _scan(self) -> tuple[list[date], list[str]]:
+        """(batch days, foreign names); hidden names (a writer's staging) are neither."""
         if not self.root.is_dir():
-            return []
-        found = []
-        for child in self.root.iterdir():
-            match = _BATCH.match(child.name)
-            if not (match and child.is_dir()):
-                continue
-            try:
-                found.append(date.fromisoformat(match.group(1)))
-            except ValueError:
-                log.warning("landing folder %s is not a received day: ignored", child)
-        return sorted(found)
+            return [], []
+        found, foreign = [], []
+        for child in sorted(self.root.iterdir()):
+            day = _batch_day(child.name)
+            if day is not None and child.is_dir():
+                found.append(day)
+            elif not child.name.startswith("."):
+                foreign.append(child.name)
+        return sorted(found), foreign
 
     def folders(self, first: date, last: date) -> dict[date, list[Path]]:
         """The batch folders of received days `first`..`last`, with their files."""
         return {day: self.batch_files(day) for day in self.batches() if first <= day <= last}
 
     def batch_files(self, received_date: date) -> list[Path]:
+        """The batch's files (`*.jsonl`, `*.jsonl.gz`), by name; [] when it has no folder."""
+        return [path for path in self._entries(received_date) if _is_batch_file(path)]
+
+    def ignored_files(self, received_date: date) -> list[str]:
+        """Names in the batch folder that are not batch files: listed in the run, not read."""
+        return [path.name for path in self._entries(received_date) if not _is_batch_file(path)]
+
+    def _entries(self, received_date: date) -> list[Path]:
         folder = self.batch_dir(received_date)
-        if not folder.is_dir():
-            return []
-        return sorted(
-            path
-            for path in folder.iterdir()
-            if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz"))
-        )
+        return sorted(folder.iterdir()) if folder.is_dir() else []
 
     def read_lines(self, spark: SparkSession, received_dates: Iterable[date]) -> DataFrame:
         """Non-blank lines of these batches with their batch and source file (relative to the
-        landing zone), in one Spark read however many batches there are."""
+        landing zone), in one Spark read however many batches there are. `raw_line` holds
+        the line's bytes undecoded: validation rejects those that are not UTF-8."""
         files = [path for day in sorted(set(received_dates)) for path in self.batch_files(day)]
         if not files:
             return spark.createDataFrame([], LINES_SCHEMA)
@@ -79,8 +100,20 @@ class LandingZoneResource(ConfigurableResource):
             F.col("_metadata.file_path"), r"/received_date=(\d{4}-\d{2}-\d{2})/[^/]+$", 1
         )
         file_name = F.regexp_extract(F.col("_metadata.file_name"), r"[^/]+$", 0)
-        return text.where(F.trim(F.col("value")) != "").select(
+        return text.where(~F.col("value").rlike(BLANK_LINE)).select(
             F.col("value").alias("raw_line"),
             F.to_date(batch).alias("received_date"),
             F.concat(F.lit("received_date="), batch, F.lit("/"), file_name).alias("source_file"),
         )
+
+
+def _is_batch_file(path: Path) -> bool:
+    return path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def _batch_day(name: str) -> date | None:
+    match = _BATCH.match(name)
+    try:
+        return date.fromisoformat(match.group(1)) if match else None
+    except ValueError:  # received_date=2024-13-45
+        return None

@@ -56,4 +56,5 @@ def duplicate_rejections(losers: DataFrame) -> DataFrame:
         "source_file",
         F.lit(DEDUP).alias("origin"),
         "event_date",
+        F.lit(None).cast("binary").alias("raw_bytes"),  # winners' lines are valid UTF-8
     )

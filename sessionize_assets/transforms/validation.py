@@ -1,6 +1,11 @@
 """SPEC §2: turn landing lines into parsed events or rejections with a reason.
 
-The per-line rules live in plain Python (`parse_line`) so they are exact and unit-testable;
+Two checks come before SPEC §2's and are made on the line's bytes, in Spark: a line that is
+not valid UTF-8 (`invalid_encoding`, its bytes kept in `raw_bytes`) and a line longer than
+`max_line_bytes` (`line_too_long`). Neither reaches Python, so one bad line cannot fail its
+batch's Arrow conversion and a huge one never crosses to a Python worker.
+
+The JSON rules live in plain Python (`parse_line`) so they are exact and unit-testable;
 Spark applies them in batches through an Arrow UDF, so lines never gather on the driver.
 """
 
@@ -19,6 +24,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+INVALID_ENCODING = "invalid_encoding"
+LINE_TOO_LONG = "line_too_long"
 MALFORMED_JSON = "malformed_json"
 MISSING_MESSAGE_ID = "missing_message_id"
 MISSING_USER = "missing_user"
@@ -33,6 +40,8 @@ INGEST = "ingest"
 DEDUP = "events"
 
 REASONS = (
+    INVALID_ENCODING,
+    LINE_TOO_LONG,
     MALFORMED_JSON,
     MISSING_MESSAGE_ID,
     MISSING_USER,
@@ -226,20 +235,29 @@ def _micros(value: datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def parse_lines(lines: DataFrame, *, start_date: date, future_tolerance: timedelta) -> DataFrame:
+def parse_lines(
+    lines: DataFrame, *, start_date: date, future_tolerance: timedelta, max_line_bytes: int
+) -> DataFrame:
     """Parse and validate a `raw_line` column; adds `reason` (null when valid) and the fields.
 
-    Keeps the input's other columns (`received_date`, `source_file`, ...).
+    `raw_line` may hold any bytes (Spark's text source does not decode). A line that is not
+    valid UTF-8 keeps them in `raw_bytes` and shows them in `raw_line` with U+FFFD for each
+    invalid sequence; every other line has `raw_bytes` null. Keeps the input's other columns
+    (`received_date`, `source_file`, ...).
     """
     names = [field.name for field in _PARSED_SCHEMA]
     text_names = [name for name in names if not name.endswith("_us")]
     built = [*text_names, "event_us", "received_us"]  # the order rows are built in
     texts = attrgetter(*text_names)
+    empty = (None,) * len(built)
 
     def parse_batches(batches: Iterator[pd.Series]) -> Iterator[pd.DataFrame]:
         for batch in batches:
             rows = []
             for line in batch:
+                if line is None:  # rejected on its bytes already
+                    rows.append(empty)
+                    continue
                 parsed = parse_line(line, start_date=start_date, future_tolerance=future_tolerance)
                 times = (_micros(parsed.event_ts), _micros(parsed.received_at))
                 rows.append(texts(parsed) + times)
@@ -248,13 +266,39 @@ def parse_lines(lines: DataFrame, *, start_date: date, future_tolerance: timedel
                 frame[column] = frame[column].astype("Int64")
             yield frame
 
+    line = F.col("raw_line")
+    size = F.octet_length(line)
+    valid_utf8 = F.is_valid_utf8(line)
+    byte_reason = F.when(~valid_utf8, F.lit(INVALID_ENCODING)).when(
+        size > max_line_bytes, F.lit(LINE_TOO_LONG)
+    )
+    byte_detail = F.when(
+        ~valid_utf8,
+        F.format_string("%d bytes, not valid UTF-8: the exact bytes are in raw_bytes", size),
+    ).when(
+        size > max_line_bytes,
+        F.format_string("%d bytes, over the limit of %d bytes", size, F.lit(max_line_bytes)),
+    )
     parse = F.pandas_udf(parse_batches, returnType=_PARSED_SCHEMA)  # type: ignore[call-overload]
-    parsed = lines.withColumn("_parsed", parse(F.col("raw_line")))
+    checked = lines.select(
+        "*", byte_reason.alias("_byte_reason"), byte_detail.alias("_byte_detail")
+    )
+    parsed = checked.withColumn(
+        "_parsed", parse(F.when(F.col("_byte_reason").isNull(), F.col("raw_line")))
+    )
     others = [c for c in lines.columns if c != "raw_line"]
+    fields = [
+        F.col(f"_parsed.{name}").alias(name)
+        for name in names
+        if not name.endswith("_us") and name not in ("reason", "detail")
+    ]
     return parsed.select(
-        "raw_line",
+        F.when(valid_utf8, line).otherwise(F.make_valid_utf8(line)).alias("raw_line"),
+        F.when(~valid_utf8, line.cast("binary")).alias("raw_bytes"),
         *others,
-        *(F.col(f"_parsed.{name}").alias(name) for name in names if not name.endswith("_us")),
+        F.coalesce("_byte_reason", "_parsed.reason").alias("reason"),
+        F.coalesce("_byte_detail", "_parsed.detail").alias("detail"),
+        *fields,
         F.timestamp_micros(F.col("_parsed.event_us")).alias("event_ts"),
         F.timestamp_micros(F.col("_parsed.received_us")).alias("received_at"),
     ).withColumn("event_date", F.to_date("event_ts"))
@@ -273,7 +317,7 @@ def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
         )
     )
     ranked = valid.withColumn("_rank", rank)
-    accepted = ranked.where(F.col("_rank") == 1).drop("_rank", "reason", "detail")
+    accepted = ranked.where(F.col("_rank") == 1).drop("_rank", "reason", "detail", "raw_bytes")
     duplicates = ranked.where(F.col("_rank") > 1).select(
         "raw_line",
         F.lit(DUPLICATE).alias("reason"),
@@ -283,9 +327,10 @@ def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
         "message_id",
         "received_date",
         "source_file",
+        "raw_bytes",
     )
     invalid = parsed.where(F.col("reason").isNotNull()).select(
-        "raw_line", "reason", "detail", "message_id", "received_date", "source_file"
+        "raw_line", "reason", "detail", "message_id", "received_date", "source_file", "raw_bytes"
     )
     rejected = invalid.unionByName(duplicates).select(
         "*", F.lit(INGEST).alias("origin"), F.lit(None).cast("date").alias("event_date")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
+import shutil
 from collections import Counter
 from datetime import date
 from pathlib import Path
@@ -18,8 +20,10 @@ from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.validation import REASONS
+from sessionize_tests.conftest import make_settings
 
 DAY = date(2026, 1, 5)
+LAKE_INGEST_TABLES = ("raw_events", "rejected_events", "batch_event_dates", "landing_batches")
 
 
 @pytest.fixture
@@ -129,7 +133,8 @@ def test_every_rejection_reason_and_line_accounting(settings, instance):
         "before_start": 1,
         "duplicate": 1,
     }
-    assert set(reasons) == set(REASONS)
+    # The two byte-level reasons have their own test (hostile lines).
+    assert set(reasons) == set(REASONS) - {"invalid_encoding", "line_too_long"}
     raw = delta_rows(settings, "raw_events", DAY)
     assert sorted(r["message_id"] for r in raw) == ["ok-1", "ok-2"]
     assert {r["message_id"]: r["user_id"] for r in raw}["ok-2"] == "anon-7"
@@ -173,6 +178,79 @@ def test_a_day_without_a_batch_folder_is_empty_not_an_error(settings, instance):
     metadata = ingest(settings, instance, DAY)
     assert metadata["raw_events"]["lines"] == 0
     assert delta_rows(settings, "raw_events", DAY) == []
+
+
+def test_hostile_lines_each_get_their_outcome(tmp_path, instance):
+    settings = make_settings(tmp_path, max_line_bytes=400)
+    latin1 = message("latin1", event="Café").replace("\\u00e9", "é").encode("latin-1")
+    long_line = message("long", properties={"blob": "x" * 400})
+    folder = settings.landing_dir / f"received_date={DAY}"
+    folder.mkdir(parents=True)
+    (folder / "part.jsonl").write_bytes(
+        b"\n".join([message("ok").encode(), latin1, b"\t", b" \t \x0b\x0c\r", long_line.encode()])
+        + b"\n"
+    )
+    (folder / "_SUCCESS").write_bytes(b"")
+    (folder / "notes.txt").write_text("not a batch file")
+    (folder / "empty.jsonl").write_bytes(b"")
+
+    metadata = ingest(settings, instance, DAY)
+
+    assert [r["message_id"] for r in delta_rows(settings, "raw_events", DAY)] == ["ok"]
+    rejected = {r["reason"]: r for r in delta_rows(settings, "rejected_events", DAY)}
+    assert set(rejected) == {"invalid_encoding", "line_too_long"}  # the blank lines are ignored
+    assert rejected["invalid_encoding"]["raw_bytes"] == latin1
+    assert rejected["invalid_encoding"]["raw_line"] == latin1.decode("utf-8", errors="replace")
+    assert rejected["line_too_long"]["raw_line"] == long_line  # kept whole
+    assert rejected["line_too_long"]["raw_bytes"] is None
+    assert metadata["raw_events"]["lines"] == 3
+    assert metadata["raw_events"]["files"] == 2
+    assert metadata["raw_events"]["ignored_files"] == ["_SUCCESS", "notes.txt"]
+
+
+def test_a_corrupt_gzip_fails_its_batch_naming_the_file_and_commits_nothing(settings, instance):
+    write_batch(settings, DAY, [message("a"), message("b")])
+    ingest(settings, instance, DAY)
+    versions = {t: DeltaTable(str(settings.lake_dir / t)).version() for t in LAKE_INGEST_TABLES}
+    packed = gzip.compress("".join(message(f"m{i}") + "\n" for i in range(2000)).encode())
+    bad = settings.landing_dir / f"received_date={DAY}" / "late.jsonl.gz"
+    bad.write_bytes(packed[: len(packed) // 2])
+
+    job = build_definitions(settings, spark_ui=False).resolve_job_def(INGEST_JOB)
+    result = job.execute_in_process(
+        partition_key=DAY.isoformat(), instance=instance, raise_on_error=False
+    )
+
+    assert not result.success
+    (failure,) = result.get_step_failure_events()
+    message_text = failure.step_failure_data.error.cause.message
+    assert f"cannot read batch file {bad}" in message_text
+    assert {t: DeltaTable(str(settings.lake_dir / t)).version() for t in versions} == versions
+    assert sorted(r["message_id"] for r in delta_rows(settings, "raw_events", DAY)) == ["a", "b"]
+
+
+def test_a_vanished_folder_keeps_what_was_ingested(settings, instance):
+    other = date(2026, 1, 6)
+    write_batch(settings, DAY, [message("a"), "oops"])
+    write_batch(settings, other, [message("b", receivedAt="2026-01-06T00:00:01Z")])
+    job = build_definitions(settings, spark_ui=False).resolve_job_def(INGEST_JOB)
+    tags = {RANGE_START: DAY.isoformat(), RANGE_END: other.isoformat()}
+    assert job.execute_in_process(instance=instance, tags=tags).success
+    shutil.rmtree(settings.landing_dir / f"received_date={DAY}")  # landing retention
+
+    result = job.execute_in_process(instance=instance, tags=tags)  # a backfill over both
+
+    assert result.success
+    assert [r["message_id"] for r in delta_rows(settings, "raw_events", DAY)] == ["a"]
+    assert len(delta_rows(settings, "rejected_events", DAY)) == 1
+    reported = {e.materialization.partition for e in result.get_asset_materialization_events()}
+    assert reported == {other.isoformat()}  # the kept day is not reported as rewritten
+    warnings = [
+        e.message
+        for e in instance.all_logs(result.run_id)
+        if e.level >= logging.WARNING and "is gone" in e.message
+    ]
+    assert len(warnings) == 1 and str(DAY) in warnings[0]
 
 
 def test_materializations_are_recorded_per_partition(settings, instance):

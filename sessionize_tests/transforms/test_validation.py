@@ -13,9 +13,12 @@ from sessionize_assets.transforms.validation import (
     BEFORE_START,
     DUPLICATE,
     FUTURE_TIMESTAMP,
+    INVALID_ENCODING,
+    LINE_TOO_LONG,
     MALFORMED_JSON,
     MISSING_MESSAGE_ID,
     MISSING_USER,
+    REASONS,
     parse_iso_timestamp,
     parse_line,
     parse_lines,
@@ -167,7 +170,7 @@ def test_spark_parse_and_in_batch_duplicates(spark):
         [(text, date(2026, 1, 5), f"received_date=2026-01-05/{f}") for text, f in lines],
         "raw_line string, received_date date, source_file string",
     )
-    parsed = parse_lines(df, start_date=START, future_tolerance=TOLERANCE)
+    parsed = parse_lines(df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=10_000)
     accepted, rejected = split_batch(parsed)
 
     got = {r.message_id: r for r in accepted.collect()}
@@ -178,3 +181,48 @@ def test_spark_parse_and_in_batch_duplicates(spark):
     reasons = sorted(r.reason for r in rejected.collect())
     assert reasons == [BAD_TIMESTAMP, DUPLICATE, DUPLICATE, MALFORMED_JSON]
     assert accepted.count() + rejected.count() == len(lines)
+
+
+def _parse_bytes(spark, lines: list[bytes], *, max_line_bytes: int):
+    """Lines given as bytes, as Spark's text source holds them (undecoded)."""
+    df = spark.createDataFrame(
+        [(line, date(2026, 1, 5), "received_date=2026-01-05/a.jsonl") for line in lines],
+        "raw binary, received_date date, source_file string",
+    ).selectExpr("cast(raw as string) as raw_line", "received_date", "source_file")
+    parsed = parse_lines(
+        df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=max_line_bytes
+    )
+    return split_batch(parsed)
+
+
+def test_a_line_that_is_not_utf8_is_rejected_with_its_exact_bytes(spark):
+    good = json.dumps(GOOD).encode()
+    latin1 = json.dumps({**GOOD, "messageId": "m2", "event": "Café"}, ensure_ascii=False).encode(
+        "latin-1"
+    )
+    accepted, rejected = _parse_bytes(spark, [good, latin1], max_line_bytes=10_000)
+
+    assert [r.message_id for r in accepted.collect()] == ["m1"]
+    (row,) = rejected.collect()
+    assert row.reason == INVALID_ENCODING
+    assert row.raw_bytes == bytearray(latin1)  # exactly what was received
+    assert row.raw_line == latin1.decode("utf-8", errors="replace")  # readable, with U+FFFD
+    assert row.message_id is None and f"{len(latin1)} bytes" in row.detail
+
+
+def test_a_line_over_the_limit_is_rejected_whole(spark):
+    line = json.dumps({**GOOD, "properties": {"blob": "x" * 500}})
+    accepted, rejected = _parse_bytes(
+        spark, [line.encode(), json.dumps(GOOD).encode()], max_line_bytes=len(line) - 1
+    )
+    assert [r.message_id for r in accepted.collect()] == ["m1"]
+    (row,) = rejected.collect()
+    assert (row.reason, row.raw_line, row.raw_bytes) == (LINE_TOO_LONG, line, None)
+    assert row.detail == f"{len(line)} bytes, over the limit of {len(line) - 1} bytes"
+
+
+def test_the_encoding_check_comes_first(spark):
+    latin1 = json.dumps({**GOOD, "event": "é" * 300}, ensure_ascii=False).encode("latin-1")
+    _, rejected = _parse_bytes(spark, [latin1, b"\xff{"], max_line_bytes=100)
+    assert [r.reason for r in rejected.collect()] == [INVALID_ENCODING] * 2
+    assert REASONS[:2] == (INVALID_ENCODING, LINE_TOO_LONG)  # the order they are reported in
