@@ -58,7 +58,7 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
-from sessionize_assets.replay import QUIET, BatchDriver
+from sessionize_assets.replay import QUIET, REPLAY_BATCH_TAG, BatchDriver
 from sessionize_assets.settings import Settings
 
 START = date(2026, 1, 1)
@@ -469,7 +469,7 @@ def _batch_figures(
     instance: DagsterInstance, received: date, *, shape: str, history: int
 ) -> BatchFigures:
     figures = BatchFigures(shape=shape, history=history)
-    runs = instance.get_runs(RunsFilter(tags={"sessionize/replay_batch": received.isoformat()}))
+    runs = instance.get_runs(RunsFilter(tags={REPLAY_BATCH_TAG: received.isoformat()}))
     names = {job: name for name, job in (*STEPS, SNAPSHOT)}
     for run in runs:
         stats = instance.get_run_stats(run.run_id)

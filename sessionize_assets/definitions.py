@@ -26,6 +26,7 @@ from sessionize_assets.partitions import (
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.resources.spark import SparkResource
+from sessionize_assets.schedules import build_maintenance_job, build_maintenance_schedule
 from sessionize_assets.sensors import (
     build_landing_sensor,
     build_late_data_sensor,
@@ -65,6 +66,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
     event_days = event_day_partitions(settings)
     # The lifecycle's checks run inside its asset, on each run's result: not in checks_job.
     checks = build_checks(settings=settings)
+    maintenance_job = build_maintenance_job(settings)
     return Definitions(
         assets=[
             build_ingest_assets(settings=settings, partitions_def=received_days),
@@ -92,7 +94,9 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 description="Recompute events and sessions of the selected days from raw_events.",
                 config=REBUILD_CONFIG,
             ),
+            maintenance_job,
         ],
+        schedules=[build_maintenance_schedule(settings=settings, maintenance_job=maintenance_job)],
         asset_checks=checks,
         sensors=[
             build_landing_sensor(

@@ -13,10 +13,13 @@ Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
 
 from __future__ import annotations
 
+import fcntl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -26,6 +29,7 @@ from dagster import (
     ExecuteInProcessResult,
     JobDefinition,
     RunRequest,
+    RunsFilter,
     SensorResult,
     build_sensor_context,
     evaluate_automation_conditions,
@@ -41,9 +45,12 @@ from sessionize_assets.definitions import (
 )
 from sessionize_assets.lake.summary import describe_lake
 from sessionize_assets.partitions import ONE_DAY, RANGE_END, RANGE_START, contiguous_ranges
+from sessionize_assets.run_health import UNFINISHED, fail_dead_runs
 from sessionize_assets.sensors import SNAPSHOT_KEY, landing_comparison
 from sessionize_assets.settings import Settings
 
+# The tag on every run of a replay, with the received day of the batch it processes.
+REPLAY_BATCH_TAG = "sessionize/replay_batch"
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
 _MAX_AUTOMATION_ROUNDS = 5
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -103,12 +110,48 @@ class ReplaySummary:
         return out
 
 
+class ReplayBusyError(RuntimeError):
+    """Another `sessionize replay` holds the lake."""
+
+
+@contextmanager
+def replay_lock(lake_dir: Path) -> Iterator[None]:
+    """One replay per lake at a time: a second one stops at once instead of interleaving."""
+    lake_dir.mkdir(parents=True, exist_ok=True)
+    path = lake_dir / ".replay.lock"
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReplayBusyError(
+                f"another sessionize replay is running on {lake_dir} (it holds {path})"
+            ) from None
+        yield  # the lock goes with the file handle, also when the process is killed
+
+
 def replay(
     *, settings: Settings, instance: DagsterInstance, echo: Callable[[str], None] = print
 ) -> ReplaySummary:
     """Process the landing zone's new and changed batches, oldest first, each through to the
     snapshot; a batch whose content was ingested already is not touched (as the landing
-    sensor decides), so a second replay of the same zone does nothing."""
+    sensor decides), so a second replay of the same zone does nothing.
+
+    It holds the lake's replay lock throughout. It starts by reporting failed the runs a
+    killed replay (or a dead run worker) left unfinished, so nothing waits on them."""
+    with replay_lock(settings.lake_dir.absolute()):
+        fail_dead_runs(
+            instance,
+            instance.get_runs(RunsFilter(statuses=UNFINISHED)),
+            log=echo,
+            # Only a replay runs its runs; holding the lock, none of theirs is still going.
+            abandoned=lambda run: REPLAY_BATCH_TAG in run.tags,
+        )
+        return _replay(settings=settings, instance=instance, echo=echo)
+
+
+def _replay(
+    *, settings: Settings, instance: DagsterInstance, echo: Callable[[str], None]
+) -> ReplaySummary:
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
     driver = BatchDriver(defs=defs, instance=instance, settings=settings)
@@ -236,7 +279,9 @@ class BatchDriver:
 
     def batch(self, received: date) -> BatchOutcome:
         started = time.monotonic()
-        tags = {"sessionize/replay_batch": received.isoformat()}
+        # Replay retries by being run again; a daemon on the same instance must not re-run
+        # its runs behind it.
+        tags = {REPLAY_BATCH_TAG: received.isoformat(), "dagster/max_retries": "0"}
         runs: list[ExecuteInProcessResult] = []
 
         def run(

@@ -2,7 +2,9 @@
 
 - landing_sensor: new or changed batch folders -> ingest runs (compared with the lake's record
   of what was ingested, so it needs no cursor to be right).
-- late_data_sensor: new raw batches -> the event-date partitions they touched.
+- late_data_sensor: event dates whose partition has not absorbed the batches the lake's
+  index says hold them -> events range runs (derived from the lake, so a failed or dead run
+  leaves its dates to be asked for again).
 - lifecycle_sensor: changed session dates -> one snapshot range run from the earliest of
   them through the latest received day (automation would cascade one day per tick).
 """
@@ -14,6 +16,7 @@ import json
 from collections.abc import Mapping
 from datetime import date
 
+import pyarrow as pa
 from dagster import (
     AssetKey,
     AssetMaterialization,
@@ -30,10 +33,19 @@ from dagster import (
     SkipReason,
     sensor,
 )
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from sessionize_assets.assets.metadata import is_flagged
 from sessionize_assets.lake.log_files import read_small_table, table_path
-from sessionize_assets.lake.tables import LANDING_BATCHES
+from sessionize_assets.lake.store import TableSpec
+from sessionize_assets.lake.tables import (
+    BATCH_EVENT_DATES,
+    EVENTS_MANIFEST,
+    LANDING_BATCHES,
+    SESSIONS,
+    USER_LIFECYCLE_STATE,
+)
 from sessionize_assets.partitions import (
     PARTITION_TAG,
     RANGE_END,
@@ -46,19 +58,15 @@ from sessionize_assets.pipeline.landing import (
     compare_landing,
     ingested_batches,
 )
+from sessionize_assets.pipeline.lifecycle import SESSIONS_ABSORBED
+from sessionize_assets.pipeline.manifests import event_dates_behind
 from sessionize_assets.resources.landing import LandingZoneResource
+from sessionize_assets.run_health import RUN_STATE_TAG, next_attempt, unfinished_runs
 from sessionize_assets.settings import Settings
 
 RAW_EVENTS_KEY = AssetKey("raw_events")
 SESSIONS_KEY = AssetKey("sessions")
 SNAPSHOT_KEY = AssetKey("user_lifecycle_snapshot")
-UNFINISHED = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,
-]
 _PAGE = 500
 
 
@@ -68,7 +76,7 @@ def landing_comparison(
     """The landing zone's batch folders up to received day `last` against what the lake
     records as ingested: what the landing sensor and `sessionize replay` both act on."""
     landing = LandingZoneResource(landing_dir=str(settings.landing_dir.absolute()))
-    records = read_small_table(table_path(settings.lake_dir, LANDING_BATCHES), LANDING_BATCHES)
+    records = _bookkeeping(settings, LANDING_BATCHES)
     return compare_landing(
         landing.folders(settings.start_date, last), ingested_batches(records), cached=cached
     )
@@ -90,9 +98,7 @@ def build_landing_sensor(
     )
     def landing_sensor(context: SensorEvaluationContext):
         # An ingest run records its batches when it ends: wait, or the tick would ask again.
-        if context.instance.get_runs_count(
-            RunsFilter(job_name=ingest_job_name, statuses=UNFINISHED)
-        ):
+        if unfinished_runs(context.instance, job_name=ingest_job_name, log=context.log.warning):
             return SkipReason("an ingest run is still going; waiting for it")
         # Received days run through today: a folder dated later waits for its day.
         last = received_days.get_last_partition_key()
@@ -148,46 +154,80 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
         minimum_interval_seconds=15,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            "Reads every new raw_events materialization (not just the latest) and requests the "
-            "event dates its batch touched, as range runs of at most "
-            f"{settings.max_partitions_per_run} days."
+            "Requests every event date whose partition has not absorbed the batches that hold "
+            "it (the lake's index against the events manifest), as range runs of at most "
+            f"{settings.max_partitions_per_run} days; dates a failed run left behind are asked "
+            "for again, with a backoff."
         ),
     )
     def late_data_sensor(context: SensorEvaluationContext):
-        after = int(context.cursor) if context.cursor else None
-        records = _new_materializations(context, RAW_EVENTS_KEY, after=after)
-        if not records:
-            return SkipReason("no new raw_events materializations")
-        touched: set[date] = set()
-        batches = []
-        for record in records:
-            materialization = record.asset_materialization
-            if materialization is None:
-                continue
-            batches.append(materialization.partition)
-            touched.update(_dates(materialization, "touched_event_dates"))
-        touched = {d for d in touched if d >= settings.start_date}
-        last = records[-1].storage_id
-        requests = [
-            RunRequest(
-                run_key=f"events-{first}-{end}-after-{last}",
-                tags={
-                    RANGE_START: first.isoformat(),
-                    RANGE_END: end.isoformat(),
-                    "sessionize/batches": ",".join(sorted(b for b in batches if b)),
-                },
+        if unfinished_runs(context.instance, job_name=events_job_name, log=context.log.warning):
+            return SkipReason("an events run is still going; waiting for it")
+        behind = {
+            day: plan
+            for day, plan in event_dates_behind(
+                _bookkeeping(settings, BATCH_EVENT_DATES), _bookkeeping(settings, EVENTS_MANIFEST)
+            ).items()
+            if day >= settings.start_date
+        }
+        if not behind:
+            return SkipReason("every event date has absorbed the batches that hold it")
+        requests, waiting = [], []
+        for first, end in contiguous_ranges(
+            sorted(behind), max_days=settings.max_partitions_per_run
+        ):
+            state = _digest(
+                {
+                    str(d): [sorted(map(str, p.new.items())), sorted(map(str, p.gone.items()))]
+                    for d, p in behind.items()
+                    if first <= d <= end
+                }
             )
-            for first, end in contiguous_ranges(
-                sorted(touched), max_days=settings.max_partitions_per_run
+            request = _state_request(
+                context, settings, job_name=events_job_name, state=state, first=first, last=end
             )
-        ]
-        context.log.info(
-            f"{len(records)} new raw_events materializations ({', '.join(map(str, batches))}) "
-            f"touched {len(touched)} event dates: {len(requests)} run(s)"
-        )
-        return SensorResult(run_requests=requests, cursor=str(last))
+            if isinstance(request, str):
+                waiting.append(f"{first}..{end}: {request}")
+            else:
+                requests.append(request)
+        for line in waiting:
+            context.log.warning(line)
+        if not requests:
+            return SkipReason("; ".join(waiting))
+        context.log.info(f"{len(behind)} event dates behind their batches: {len(requests)} run(s)")
+        return SensorResult(run_requests=requests)
 
     return late_data_sensor
+
+
+def _state_request(
+    context: SensorEvaluationContext,
+    settings: Settings,
+    *,
+    job_name: str,
+    state: str,
+    first: date,
+    last: date,
+) -> RunRequest | str:
+    """A range run to bring `state` (what the lake says is behind) up to date, under a run key
+    of its attempt; or why not now (see `next_attempt`)."""
+    attempt, reason = next_attempt(
+        context.instance, job_name=job_name, state=state, backoff=settings.retry_backoff
+    )
+    if attempt is None:
+        return reason
+    return RunRequest(
+        run_key=f"{job_name}-{first}-{last}-{state}-{attempt}",
+        tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat(), RUN_STATE_TAG: state},
+    )
+
+
+def _bookkeeping(settings: Settings, spec: TableSpec) -> pa.Table:
+    return read_small_table(table_path(settings.lake_dir, spec), spec)
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _new_materializations(
@@ -216,6 +256,20 @@ def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | Non
     return date.fromisoformat(key) if key else None
 
 
+def _lifecycle_behind(settings: Settings) -> list[int | None] | None:
+    """[sessions version, version the intervals absorbed] when the intervals are behind."""
+    try:
+        sessions = DeltaTable(str(table_path(settings.lake_dir, SESSIONS))).version()
+    except DeltaError:  # none yet, or unreadable: a lifecycle run would say what is wrong
+        return None
+    try:
+        state = DeltaTable(str(table_path(settings.lake_dir, USER_LIFECYCLE_STATE)))
+        absorbed = state.transaction_version(SESSIONS_ABSORBED)
+    except DeltaError:
+        absorbed = None
+    return None if absorbed is not None and absorbed >= sessions else [sessions, absorbed]
+
+
 def _latest_day(context: SensorEvaluationContext, key: AssetKey) -> date | None:
     keys = context.instance.get_materialized_partitions(key)
     return max((date.fromisoformat(k) for k in keys), default=None)
@@ -234,10 +288,7 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
     )
     def lifecycle_sensor(context: SensorEvaluationContext):
         # Each day is advanced from the day before: never two runs over the snapshot at once.
-        busy = context.instance.get_runs_count(
-            RunsFilter(job_name=lifecycle_job_name, statuses=UNFINISHED)
-        )
-        if busy:
+        if unfinished_runs(context.instance, job_name=lifecycle_job_name, log=context.log.warning):
             return SkipReason("a lifecycle run is still going; waiting for it")
         cursor = json.loads(context.cursor) if context.cursor else {}
         changed: set[date] = set()
@@ -259,12 +310,14 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
                     # A batch that touched no event date starts no sessions run: advance here.
                     triggered = True
         # The days of a failed or canceled run are still stale: start the next range there too.
-        # Without new sessions the request repeats the failed one's run key, so the daemon does
-        # not retry it by itself; re-executing the run from the UI clears it.
         failed_from = _failed_start(context, lifecycle_job_name)
         if failed_from is not None:
             changed.add(failed_from)
             triggered = True
+        # And whatever any run did: sessions newer than what the intervals absorbed (a run that
+        # died after the sessions commit reported nothing) ask for a run too.
+        behind = _lifecycle_behind(settings)
+        triggered = triggered or behind is not None
         if not triggered:
             return SensorResult(skip_reason="no new sessions", cursor=json.dumps(new_cursor))
         span = lifecycle_range(
@@ -278,17 +331,15 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
                 skip_reason="the snapshot is up to date", cursor=json.dumps(new_cursor)
             )
         first, last = span
+        state = _digest([new_cursor, behind, str(first), str(last)])
+        request = _state_request(
+            context, settings, job_name=lifecycle_job_name, state=state, first=first, last=last
+        )
+        if isinstance(request, str):
+            return SensorResult(skip_reason=request, cursor=json.dumps(new_cursor))
         context.log.info(
             f"sessions changed on {sorted(map(str, changed))}: snapshot {first}..{last}"
         )
-        return SensorResult(
-            run_requests=[
-                RunRequest(
-                    run_key=f"lifecycle-{first}-{last}-{json.dumps(new_cursor, sort_keys=True)}",
-                    tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
-                )
-            ],
-            cursor=json.dumps(new_cursor),
-        )
+        return SensorResult(run_requests=[request], cursor=json.dumps(new_cursor))
 
     return lifecycle_sensor

@@ -15,6 +15,8 @@ from pathlib import Path
 DEFAULT_START_DATE = date(2026, 1, 1)
 # A longer landing line is rejected as line_too_long (kept whole in rejected_events).
 DEFAULT_MAX_LINE_BYTES = 1 << 20
+# Table maintenance runs daily at 03:00 UTC; "off" in the environment leaves it stopped.
+DEFAULT_MAINTENANCE_CRON = "0 3 * * *"
 
 
 class SettingsError(ValueError):
@@ -36,6 +38,12 @@ class Settings:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     # Snowplow calls it backfill_limit_days: the widest range one run covers.
     max_partitions_per_run: int = 120
+    # A sensor asks again for dates a run left behind after this, doubled at each attempt.
+    retry_backoff: timedelta = timedelta(minutes=1)
+    # Maintenance deletes files no table version younger than this reads (time travel window).
+    retention: timedelta = timedelta(days=7)
+    # When the maintenance schedule runs (cron, UTC); None: defined but stopped.
+    maintenance_cron: str | None = DEFAULT_MAINTENANCE_CRON
 
     def __post_init__(self) -> None:
         if self.session_gap <= timedelta(0):
@@ -50,6 +58,10 @@ class Settings:
             raise SettingsError(f"max line bytes must be at least 1, got {self.max_line_bytes}")
         if self.max_partitions_per_run < 1:
             raise SettingsError("max partitions per run must be at least 1")
+        if self.retry_backoff < timedelta(0):
+            raise SettingsError(f"retry backoff must be >= 0, got {self.retry_backoff}")
+        if self.retention < timedelta(0):
+            raise SettingsError(f"retention must be >= 0, got {self.retention}")
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -93,6 +105,21 @@ class Settings:
             spark_conf=spark_conf,
             max_partitions_per_run=read(
                 "SESSIONIZE_MAX_PARTITIONS_PER_RUN", int, defaults.max_partitions_per_run
+            ),
+            retry_backoff=read(
+                "SESSIONIZE_RETRY_BACKOFF_SECONDS",
+                lambda v: timedelta(seconds=float(v)),
+                defaults.retry_backoff,
+            ),
+            retention=read(
+                "SESSIONIZE_RETENTION_DAYS",
+                lambda v: timedelta(days=float(v)),
+                defaults.retention,
+            ),
+            maintenance_cron=read(
+                "SESSIONIZE_MAINTENANCE_CRON",
+                lambda v: None if v.lower() == "off" else v,
+                defaults.maintenance_cron,
             ),
         )
 

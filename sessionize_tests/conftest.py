@@ -39,8 +39,21 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         "start_date": TEST_START,
         "spark_master": "local[2]",
         "spark_conf": TEST_SPARK_CONF,
+        "maintenance_cron": None,  # off in tests: maintenance runs when a test asks for it
     }
     return Settings(**(values | overrides))
+
+
+def settings_environment(settings: Settings) -> dict[str, str]:
+    """The environment that gives a `sessionize` or `dagster dev` subprocess these settings."""
+    return {
+        "SESSIONIZE_LANDING_DIR": str(settings.landing_dir),
+        "SESSIONIZE_LAKE_DIR": str(settings.lake_dir),
+        "SESSIONIZE_START_DATE": settings.start_date.isoformat(),
+        "SESSIONIZE_SPARK_MASTER": settings.spark_master,
+        "SESSIONIZE_SPARK_CONF": ";".join(f"{k}={v}" for k, v in settings.spark_conf.items()),
+        "SESSIONIZE_MAINTENANCE_CRON": settings.maintenance_cron or "off",
+    }
 
 
 @pytest.fixture

@@ -62,3 +62,33 @@ def test_the_repository_workspace_names_the_location_cursors_are_handed_to():
         (entry,) = yaml.safe_load(text)["load_from"]
         assert entry["python_module"]["module_name"] == DEFINITIONS_MODULE
         assert entry["python_module"]["location_name"] == CODE_LOCATION
+
+
+def test_the_project_instance_serializes_lake_writers_and_heals_failed_runs(tmp_path, settings):
+    """dagster.yaml (copied into DAGSTER_HOME by make demo / make ui) is a valid instance whose
+    pool `lake` admits one run at a time; every asset and the maintenance op are in it."""
+    import shutil
+
+    from dagster import DagsterInstance, DefaultScheduleStatus
+
+    from sessionize_assets.assets.metadata import LAKE_POOL
+    from sessionize_assets.schedules import MAINTENANCE_JOB
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", tmp_path / "dagster.yaml")
+    instance = DagsterInstance.from_config(str(tmp_path))
+    pools = instance.get_concurrency_config().pool_config
+    assert (pools.pool_granularity.value, pools.default_pool_limit) == ("run", 1)
+    assert instance.run_monitoring_enabled and instance.run_retries_enabled
+    assert instance.run_retries_max_retries >= 1
+
+    defs = build_definitions(settings, spark_ui=False)
+    graph = defs.resolve_asset_graph()
+    assert all(graph.get(key).pools == {LAKE_POOL} for key in graph.get_all_asset_keys())
+    (node,) = defs.resolve_job_def(MAINTENANCE_JOB).nodes
+    assert node.definition.pool == LAKE_POOL
+
+    assert settings.maintenance_cron is None  # tests keep it off
+    (schedule,) = defs.schedules
+    assert schedule.default_status == DefaultScheduleStatus.STOPPED
+    daily = build_definitions(settings.with_overrides(maintenance_cron="0 3 * * *"))
+    assert next(iter(daily.schedules)).default_status == DefaultScheduleStatus.RUNNING

@@ -16,7 +16,7 @@ from dagster import (
 )
 
 from sessionize_assets.assets.config import RebuildConfig
-from sessionize_assets.assets.metadata import lake_asset_spec, run_figures
+from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
 from sessionize_assets.lake.tables import EVENTS
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.resources.lake import LakeResource
@@ -27,6 +27,7 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
         name="events",
         partitions_def=partitions_def,
         backfill_policy=BackfillPolicy.single_run(),
+        pool=LAKE_POOL,
         specs=[
             lake_asset_spec(
                 EVENTS,

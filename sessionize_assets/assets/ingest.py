@@ -17,7 +17,7 @@ from dagster import (
     multi_asset,
 )
 
-from sessionize_assets.assets.metadata import lake_asset_spec, markdown_table
+from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, markdown_table
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import LANDING_BATCHES, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.ingest import BatchIngested, ingest_batches
@@ -53,6 +53,7 @@ def build_ingest_assets(
         name="ingest_batch",
         partitions_def=partitions_def,
         backfill_policy=BackfillPolicy.single_run(),
+        pool=LAKE_POOL,
         specs=[
             lake_asset_spec(
                 RAW_EVENTS,

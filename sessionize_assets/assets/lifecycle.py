@@ -20,7 +20,7 @@ from dagster import (
     multi_asset,
 )
 
-from sessionize_assets.assets.metadata import lake_asset_spec, run_figures
+from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
 from sessionize_assets.checks.definitions import check_result
 from sessionize_assets.checks.rules import snapshot_off_intervals, unbalanced_snapshot
 from sessionize_assets.lake.store import DeltaStore, TableSpec
@@ -60,6 +60,7 @@ def build_lifecycle_assets(
         name="user_lifecycle",
         partitions_def=partitions_def,
         backfill_policy=BackfillPolicy.single_run(),
+        pool=LAKE_POOL,
         specs=[
             spec(
                 USER_LIFECYCLE_STATE,

@@ -33,6 +33,9 @@ def definition_metadata(spec: TableSpec) -> dict[str, Any]:
 
 
 OWNERS = ["team:data-platform"]
+# The concurrency pool of every asset that writes the lake. dagster.yaml limits it to one, so
+# runs that write the same tables never interleave their read-modify-write commits.
+LAKE_POOL = "lake"
 KINDS = {"spark", "delta"}
 
 

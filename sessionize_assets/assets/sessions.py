@@ -17,7 +17,7 @@ from dagster import (
 )
 
 from sessionize_assets.assets.config import RebuildConfig
-from sessionize_assets.assets.metadata import lake_asset_spec, run_figures
+from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import late_data_condition
@@ -55,6 +55,7 @@ def build_sessions_assets(
         name="sessionize",
         partitions_def=partitions_def,
         backfill_policy=BackfillPolicy.single_run(),
+        pool=LAKE_POOL,
         specs=[
             spec(SESSIONS, "User sessions by the UTC day they started."),
             spec(

@@ -16,6 +16,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -41,12 +42,14 @@ from sessionize_assets.lake.log_files import (
     read_small_table,
     table_path,
 )
+from sessionize_assets.lake.maintenance import STAGING_DIR, maintain_table
 from sessionize_assets.lake.parquet_files import file_stats, stage_arrow
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
     FileChange,
     LakeError,
+    MaintenanceResult,
     PartitionValue,
     TableSpec,
     partition_string,
@@ -54,7 +57,6 @@ from sessionize_assets.lake.store import (
 
 log = logging.getLogger(__name__)
 
-_STAGING = "_staging"
 _LOG = "_delta_log"
 _COMMIT_ATTEMPTS = 5
 _MAX_ROWS_PER_FILE = 2_000_000
@@ -99,6 +101,9 @@ class EmbeddedDeltaStore:
     def history(self, spec: TableSpec, *, limit: int | None = None) -> list[dict[str, Any]]:
         table = self._table(spec)
         return [] if table is None else table.history(limit)
+
+    def maintain(self, spec: TableSpec, *, retention: timedelta) -> MaintenanceResult:
+        return maintain_table(self.path(spec), spec, retention=retention)
 
     def ensure(self, spec: TableSpec) -> None:
         table = self._table(spec)
@@ -315,7 +320,7 @@ class EmbeddedDeltaStore:
         if not targets:
             return CommitInfo(table=spec.name, version=self.version(spec), partitions=())
         self.ensure(spec)
-        staging = self.path(spec) / _STAGING / uuid.uuid4().hex
+        staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
         staged = stage(staging)
         try:
             outside = sorted({value for value, _ in staged} - set(targets))
@@ -385,7 +390,7 @@ class EmbeddedDeltaStore:
             new_rows = _align(spec, add())
             if kept is not None:
                 new_rows = kept.unionByName(new_rows)
-            staging = self.path(spec) / _STAGING / uuid.uuid4().hex
+            staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
             staged = self._stage(spec, new_rows, staging)
             try:
                 adds = self._publish(spec, staged)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -41,6 +41,10 @@ class TableSpec:
     # Parquet row group size: with `sort_by`, a row group is a narrow range of the sort key,
     # so its min/max statistics skip it for a filter on that key.
     row_group_bytes: int | None = None
+    # Table maintenance may merge a partition's small files into larger ones. Only for tables
+    # whose file layout is not deliberate: compaction keeps neither `sort_by` ranges, nor
+    # `file_rows`, nor bloom filters.
+    compact: bool = False
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -104,6 +108,17 @@ class CommitInfo:
     files_removed: int = 0
     rows_written: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceResult:
+    """What maintenance did to one table."""
+
+    table: str
+    version: int | None  # the table's version afterwards (a checkpoint is written for it)
+    files_compacted: int = 0  # small files merged (removed from the table, not yet deleted)
+    files_written: int = 0  # the files they were merged into
+    files_deleted: int = 0  # files no version within the retention period reads, deleted
 
 
 class DeltaStore(Protocol):
@@ -245,3 +260,9 @@ class DeltaStore(Protocol):
         ...
 
     def history(self, spec: TableSpec, *, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    def maintain(self, spec: TableSpec, *, retention: timedelta) -> MaintenanceResult:
+        """Merge small files (when `spec.compact`), write a checkpoint, and delete the files
+        that no version committed within `retention` reads. Readers of any such version, the
+        current one included, are unaffected; a compaction changes no row."""
+        ...

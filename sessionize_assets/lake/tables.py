@@ -72,6 +72,7 @@ RAW_EVENTS = TableSpec(
 REJECTED_EVENTS = TableSpec(
     name="rejected_events",
     partition_by="received_date",
+    compact=True,  # every events run adds its cross-batch duplicates as small files
     description="Input lines that did not become events, with the first rule they broke.",
     schema=_fields(
         ("raw_line", StringType(), False, "the line as received (see raw_bytes)"),
@@ -215,6 +216,7 @@ SESSION_CHANGES = TableSpec(
     name="session_changes",
     partition_by="session_date",
     sort_by=("run_id", "session_id"),
+    compact=True,  # every run appends small files to the days it corrected
     description="Corrections log: sessions each run removed and added.",
     schema=_fields(
         ("change", StringType(), False, "added or removed"),
@@ -251,4 +253,20 @@ USER_LIFECYCLE_SNAPSHOT = TableSpec(
     sort_by=("state",),
     description="Users per lifecycle state at the end of each day, with entries and exits.",
     schema=SNAPSHOT_SCHEMA,
+)
+
+# Every table of the lake, in the order data flows through them (what maintenance goes over).
+ALL_TABLES = (
+    RAW_EVENTS,
+    REJECTED_EVENTS,
+    BATCH_EVENT_DATES,
+    LANDING_BATCHES,
+    EVENTS_MANIFEST,
+    EVENTS,
+    SESSIONS_MANIFEST,
+    SESSIONS,
+    SESSION_QUARANTINE,
+    SESSION_CHANGES,
+    USER_LIFECYCLE_STATE,
+    USER_LIFECYCLE_SNAPSHOT,
 )

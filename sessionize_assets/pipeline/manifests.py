@@ -54,6 +54,31 @@ def plan(available: Inputs, absorbed: Inputs) -> Plan:
     return Plan(available=available, new=new, gone=gone)
 
 
+def event_dates_behind(index: pa.Table, manifest: pa.Table) -> dict[date, Plan]:
+    """The event dates whose `events` partition has not absorbed exactly the batch inputs the
+    index holds for it (new ones, or absorbed ones that changed or vanished), with their plans.
+
+    Read from the two bookkeeping tables' rows (`batch_event_dates`, `events_manifest`), so it
+    says what is stale whatever happened to earlier runs: a run that failed, or died before
+    its manifest commit, leaves its dates behind here.
+    """
+    available: dict[date, Inputs] = {}
+    for row in index.select(["event_date", "received_date", "ingest_version"]).to_pylist():
+        available.setdefault(row["event_date"], {})[(row["event_date"], row["received_date"])] = (
+            row["ingest_version"]
+        )
+    absorbed: dict[date, Inputs] = {}
+    columns = ["partition_date", "event_date", "received_date", "ingest_version"]
+    for row in manifest.select(columns).to_pylist():
+        absorbed.setdefault(row["partition_date"], {})[
+            (row["event_date"], row["received_date"])
+        ] = row["ingest_version"]
+    plans = {
+        day: plan(available.get(day, {}), absorbed.get(day, {})) for day in {*available, *absorbed}
+    }
+    return {day: p for day, p in sorted(plans.items()) if p.pending}
+
+
 def _index_rows(store: DeltaStore, event_dates: Iterable[date]) -> list[dict]:
     """Index rows of these event dates only (filtered in Arrow)."""
     wanted = sorted(set(event_dates))

@@ -1,0 +1,79 @@
+"""A replay killed with `kill -9` leaves a STARTED run behind: the next replay reports it
+failed and finishes the work (run_health.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from sessionize_assets.definitions import INGEST_JOB
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.replay import ReplayBusyError, replay, replay_lock
+from sessionize_assets.run_health import UNFINISHED, unfinished_runs
+from sessionize_tests.conftest import make_settings, settings_environment
+from sessionize_tests.test_replay import _assert_tables_equal_the_full_recompute
+
+START = date(2026, 1, 1)
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def _wait_for_started_run(instance: DagsterInstance, job_name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = instance.get_runs(RunsFilter(job_name=job_name, statuses=[DagsterRunStatus.STARTED]))
+        if runs:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"no {job_name} run started within {timeout}s")
+
+
+def test_a_killed_replay_leaves_a_dead_run_that_the_next_replay_fails_and_redoes(tmp_path, spark):
+    settings = make_settings(tmp_path)
+    generate_landing_zone(out=settings.landing_dir, start=START, days=2, users=20, seed=4)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT / "dagster.yaml", home / "dagster.yaml")  # the project's instance
+    instance = DagsterInstance.local_temp(tempdir=str(home))
+    killed = subprocess.Popen(
+        [str(Path(sys.executable).with_name("sessionize")), "replay"],
+        env={**os.environ, **settings_environment(settings), "DAGSTER_HOME": str(home)},
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the JVM dies with it, as in a crash
+    )
+    try:
+        _wait_for_started_run(instance, INGEST_JOB, timeout=120)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    (orphan,) = instance.get_runs(RunsFilter(statuses=UNFINISHED))
+
+    lines: list[str] = []
+    summary = replay(settings=settings, instance=instance, echo=lines.append)
+
+    assert instance.get_run_by_id(orphan.run_id).status == DagsterRunStatus.FAILURE
+    assert any(orphan.run_id in line and "no process any more" in line for line in lines)
+    assert summary.ok and [b.received_date for b in summary.batches] == [
+        START,
+        date(2026, 1, 2),
+    ]
+    assert unfinished_runs(instance, log=lines.append) == []
+    _assert_tables_equal_the_full_recompute(settings, spark)
+
+
+def test_one_replay_at_a_time(tmp_path):
+    busy = pytest.raises(ReplayBusyError, match="another sessionize replay is running")
+    with replay_lock(tmp_path), busy, replay_lock(tmp_path):
+        pass
+    with replay_lock(tmp_path):  # released with the first
+        pass
