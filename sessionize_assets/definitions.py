@@ -31,6 +31,7 @@ from sessionize_assets.sensors import (
     build_landing_sensor,
     build_late_data_sensor,
     build_lifecycle_sensor,
+    build_stale_sessions_sensor,
 )
 from sessionize_assets.settings import Settings
 
@@ -103,7 +104,15 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 settings=settings, ingest_job_name=INGEST_JOB, received_days=received_days
             ),
             build_late_data_sensor(settings=settings, events_job_name=EVENTS_JOB),
-            build_lifecycle_sensor(settings=settings, lifecycle_job_name=LIFECYCLE_JOB),
+            build_stale_sessions_sensor(
+                settings=settings,
+                sessions_job_name=SESSIONS_JOB,
+                events_job_name=EVENTS_JOB,
+                session_days=event_days,
+            ),
+            build_lifecycle_sensor(
+                settings=settings, lifecycle_job_name=LIFECYCLE_JOB, sessions_job_name=SESSIONS_JOB
+            ),
             # Declared so automation runs on a fresh `dagster dev` (the implicit one is STOPPED).
             AutomationConditionSensorDefinition(
                 AUTOMATION_SENSOR,

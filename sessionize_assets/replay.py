@@ -46,7 +46,13 @@ from sessionize_assets.definitions import (
 from sessionize_assets.lake.summary import describe_lake
 from sessionize_assets.partitions import ONE_DAY, RANGE_END, RANGE_START, contiguous_ranges
 from sessionize_assets.run_health import UNFINISHED, fail_dead_runs
-from sessionize_assets.sensors import SNAPSHOT_KEY, landing_comparison
+from sessionize_assets.sensors import (
+    SNAPSHOT_KEY,
+    event_plans_behind,
+    landing_comparison,
+    lifecycle_catch_up,
+    stale_session_dates,
+)
 from sessionize_assets.settings import Settings
 
 # The tag on every run of a replay, with the received day of the batch it processes.
@@ -58,7 +64,7 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 @dataclass(frozen=True, kw_only=True)
 class BatchOutcome:
-    received_date: date
+    received_date: date | None  # None: the catch-up with what the lake held behind
     runs: int
     succeeded: bool
     # The job whose run failed, and the first line of its error (which names the file when
@@ -81,12 +87,16 @@ class BatchOutcome:
 class ReplaySummary:
     batches: list[BatchOutcome] = field(default_factory=list)
     skipped: list[date] = field(default_factory=list)
+    # The runs that brought up to date what the lake held behind before the first batch
+    # (a killed replay's, a failed run's): None when nothing was behind.
+    caught_up: BatchOutcome | None = None
     # Where the plain sensors stopped, for the daemon to carry on from (sensor name -> cursor).
     sensor_cursors: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return all(batch.succeeded for batch in self.batches)
+        outcomes = [*self.batches, *([self.caught_up] if self.caught_up else [])]
+        return all(outcome.succeeded for outcome in outcomes)
 
     def lines(self) -> list[str]:
         def total(name: str) -> int:
@@ -176,6 +186,19 @@ def _replay(
         echo(f"{day}: ingested before, its folder is gone; what was ingested stays")
     for name in landing.foreign_entries():  # type: ignore[attr-defined]
         echo(f"{name}: not a batch folder (received_date=YYYY-MM-DD), ignored")
+    # First what an earlier replay or run left behind: the lake says which partitions.
+    summary.caught_up = driver.catch_up()
+    if summary.caught_up is not None:
+        outcome = summary.caught_up
+        echo(
+            f"caught up with what the lake held behind: {outcome.runs} runs, "
+            f"{'ok' if outcome.succeeded else 'FAILED'}; event dates updated "
+            f"{outcome.event_dates_updated}, session dates updated "
+            f"{outcome.session_dates_updated}, lifecycle days {outcome.lifecycle_days}"
+        )
+        if not outcome.succeeded:
+            echo(f"stopping: {outcome.failed_job} failed ({outcome.error}); see its runs in the UI")
+            pending = []
     for index, batch in enumerate(pending, start=1):
         key = batch.received.isoformat()
         prefix = f"[{index}/{len(pending)}] {key} ({batch.why}):"
@@ -278,10 +301,22 @@ class BatchDriver:
         return {t.name: t.cursor for t in ticks if t.cursor is not None}
 
     def batch(self, received: date) -> BatchOutcome:
+        """Ingest the batch of `received`, then follow it through to the snapshot."""
+        return self._drive(received)
+
+    def catch_up(self) -> BatchOutcome | None:
+        """Follow through what the lake holds behind, with no new batch: the event dates
+        behind their batches, the session dates behind their events, the lifecycle behind
+        the sessions (a killed replay or a failed run leaves them so). None if nothing was."""
+        outcome = self._drive(None)
+        return outcome if outcome.runs else None
+
+    def _drive(self, received: date | None) -> BatchOutcome:
         started = time.monotonic()
         # Replay retries by being run again; a daemon on the same instance must not re-run
         # its runs behind it.
-        tags = {REPLAY_BATCH_TAG: received.isoformat(), "dagster/max_retries": "0"}
+        batch = received.isoformat() if received else "catch-up"
+        tags = {REPLAY_BATCH_TAG: batch, "dagster/max_retries": "0"}
         runs: list[ExecuteInProcessResult] = []
 
         def run(
@@ -290,16 +325,32 @@ class BatchDriver:
             runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
             return runs[-1].success
 
-        ok = run(self.ingest, received.isoformat(), received.isoformat())
-        raw = _metadata(runs[-1], "raw_events")
-        for request in self.late_data.tick() if ok else []:
-            ok = run(self.events, request.tags[RANGE_START], request.tags[RANGE_END], request.tags)
+        ok, raw = True, {}
+        if received is not None:
+            ok = run(self.ingest, received.isoformat(), received.isoformat())
+            raw = _metadata(runs[-1], "raw_events")
+        # Catching up, replay is the retry of what is behind: it asks the lake, with no backoff.
+        events_ranges = (
+            [
+                {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
+                for first, last in contiguous_ranges(
+                    sorted(event_plans_behind(self.settings)),
+                    max_days=self.settings.max_partitions_per_run,
+                )
+            ]
+            if received is None
+            else [request.tags for request in self.late_data.tick()]
+        )
+        for range_tags in events_ranges if ok else []:
+            ok = run(self.events, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
             if not ok:
                 break
         # Tick until nothing more is requested: a tick also records that the last runs handled
         # their requests, which a new request in the same tick would otherwise be lost to.
+        # The dates the lake says are behind go with automation's (a run that failed or died
+        # before its manifest commit is not requested by automation again).
         for _ in range(_MAX_AUTOMATION_ROUNDS):
-            requested = self.automation.tick() if ok else []
+            requested = sorted({*self.automation.tick(), *self._stale_sessions()}) if ok else []
             if not requested:
                 break
             for first, last in contiguous_ranges(
@@ -308,10 +359,15 @@ class BatchDriver:
                 ok = run(self.sessions, first.isoformat(), last.isoformat())
                 if not ok:
                     break
-        for request in self.lifecycle_sensor.tick() if ok else []:
-            ok = run(
-                self.lifecycle, request.tags[RANGE_START], request.tags[RANGE_END], request.tags
+        if received is None:
+            span = lifecycle_catch_up(self.settings, self.instance)
+            lifecycle_ranges = (
+                [] if span is None else [{RANGE_START: str(span[0]), RANGE_END: str(span[1])}]
             )
+        else:
+            lifecycle_ranges = [request.tags for request in self.lifecycle_sensor.tick()]
+        for range_tags in lifecycle_ranges if ok else []:
+            ok = run(self.lifecycle, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
         failed = next((r for r in runs if not r.success), None)
         return BatchOutcome(
             received_date=received,
@@ -333,6 +389,15 @@ class BatchDriver:
                 len(flagged_partitions(r, SNAPSHOT_KEY.path[-1], "rewritten")) for r in runs
             ),
             seconds=time.monotonic() - started,
+        )
+
+    def _stale_sessions(self) -> list[date]:
+        assert self.sessions.partitions_def is not None
+        last = self.sessions.partitions_def.get_last_partition_key()
+        return (
+            []
+            if last is None
+            else stale_session_dates(self.settings, last=date.fromisoformat(last))
         )
 
 
@@ -370,7 +435,9 @@ def _first_error(result: ExecuteInProcessResult) -> str:
             error = error.cause
         # The message reads "package.module.ErrorClass: what"; keep what.
         kind, _, what = error.message.strip().partition(": ")
-        return (what if kind.endswith(error.cls_name or "?") else error.message).splitlines()[0]
+        text = what if kind.endswith(error.cls_name or "?") else error.message
+        # An interrupted run's error has no message: its class says what happened.
+        return (text.strip().splitlines() or [error.cls_name or "the run failed"])[0]
     return "the run failed"
 
 

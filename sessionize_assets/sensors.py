@@ -5,6 +5,9 @@
 - late_data_sensor: event dates whose partition has not absorbed the batches the lake's
   index says hold them -> events range runs (derived from the lake, so a failed or dead run
   leaves its dates to be asked for again).
+- stale_sessions_sensor: session dates whose window holds events newer than what they
+  absorbed -> sessions range runs, for what automation does not ask for again (a failed or
+  dead run's dates); automation requests sessions first.
 - lifecycle_sensor: changed session dates -> one snapshot range run from the earliest of
   them through the latest received day (automation would cascade one day per tick).
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from datetime import date
 
@@ -21,6 +25,8 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
+    DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
     EventLogRecord,
@@ -44,6 +50,7 @@ from sessionize_assets.lake.tables import (
     EVENTS_MANIFEST,
     LANDING_BATCHES,
     SESSIONS,
+    SESSIONS_MANIFEST,
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import (
@@ -59,7 +66,7 @@ from sessionize_assets.pipeline.landing import (
     ingested_batches,
 )
 from sessionize_assets.pipeline.lifecycle import SESSIONS_ABSORBED
-from sessionize_assets.pipeline.manifests import event_dates_behind
+from sessionize_assets.pipeline.manifests import Plan, event_dates_behind, session_dates_behind
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.run_health import RUN_STATE_TAG, next_attempt, unfinished_runs
 from sessionize_assets.settings import Settings
@@ -80,6 +87,43 @@ def landing_comparison(
     return compare_landing(
         landing.folders(settings.start_date, last), ingested_batches(records), cached=cached
     )
+
+
+def event_plans_behind(settings: Settings) -> dict[date, Plan]:
+    """Event dates from the start date whose partition has not absorbed the batches the lake's
+    index says hold them (`manifests.event_dates_behind`), with their plans."""
+    plans = event_dates_behind(
+        _bookkeeping(settings, BATCH_EVENT_DATES), _bookkeeping(settings, EVENTS_MANIFEST)
+    )
+    return {day: plan for day, plan in plans.items() if day >= settings.start_date}
+
+
+def lifecycle_catch_up(settings: Settings, instance: DagsterInstance) -> tuple[date, date] | None:
+    """The range a lifecycle run takes when nothing new changed: from the first snapshot day
+    not computed yet through the latest received day, or that day alone when only the
+    intervals are behind `sessions` (a run died after the sessions commit). None: up to date.
+    A lifecycle run corrects whatever is stale, whichever range it is given."""
+    latest = _latest_day(instance, RAW_EVENTS_KEY)
+    span = lifecycle_range(
+        changed=[],
+        through=_latest_day(instance, SNAPSHOT_KEY),
+        latest=latest,
+        start=settings.start_date,
+    )
+    if span is None and latest is not None and _lifecycle_behind(settings) is not None:
+        span = (latest, latest)
+    return span
+
+
+def stale_session_dates(settings: Settings, *, last: date) -> list[date]:
+    """Session dates through `last` that have not absorbed the events their window holds
+    (`manifests.session_dates_behind`), read from the lake's two manifests."""
+    behind = session_dates_behind(
+        _bookkeeping(settings, EVENTS_MANIFEST),
+        _bookkeeping(settings, SESSIONS_MANIFEST),
+        settings=settings,
+    )
+    return [day for day in behind if day <= last]
 
 
 def build_landing_sensor(
@@ -163,41 +207,122 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
     def late_data_sensor(context: SensorEvaluationContext):
         if unfinished_runs(context.instance, job_name=events_job_name, log=context.log.warning):
             return SkipReason("an events run is still going; waiting for it")
-        behind = {
-            day: plan
-            for day, plan in event_dates_behind(
-                _bookkeeping(settings, BATCH_EVENT_DATES), _bookkeeping(settings, EVENTS_MANIFEST)
-            ).items()
-            if day >= settings.start_date
-        }
+        behind = event_plans_behind(settings)
         if not behind:
             return SkipReason("every event date has absorbed the batches that hold it")
-        requests, waiting = [], []
-        for first, end in contiguous_ranges(
-            sorted(behind), max_days=settings.max_partitions_per_run
-        ):
-            state = _digest(
-                {
-                    str(d): [sorted(map(str, p.new.items())), sorted(map(str, p.gone.items()))]
-                    for d, p in behind.items()
-                    if first <= d <= end
-                }
-            )
-            request = _state_request(
-                context, settings, job_name=events_job_name, state=state, first=first, last=end
-            )
-            if isinstance(request, str):
-                waiting.append(f"{first}..{end}: {request}")
-            else:
-                requests.append(request)
-        for line in waiting:
-            context.log.warning(line)
-        if not requests:
-            return SkipReason("; ".join(waiting))
-        context.log.info(f"{len(behind)} event dates behind their batches: {len(requests)} run(s)")
-        return SensorResult(run_requests=requests)
+        return _range_requests(
+            context,
+            settings,
+            job_name=events_job_name,
+            states={
+                d: [sorted(map(str, p.new.items())), sorted(map(str, p.gone.items()))]
+                for d, p in behind.items()
+            },
+            what="event dates behind their batches",
+        )
 
     return late_data_sensor
+
+
+def build_stale_sessions_sensor(
+    *,
+    settings: Settings,
+    sessions_job_name: str,
+    events_job_name: str,
+    session_days: PartitionsDefinition,
+) -> SensorDefinition:
+    @sensor(
+        name="stale_sessions_sensor",
+        job_name=sessions_job_name,
+        minimum_interval_seconds=30,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            "Requests the session dates that have not absorbed the events their window holds "
+            "(the lake's two manifests), which automation does not ask for again after a "
+            "failed, canceled or dead run; it leaves automation the first "
+            f"{settings.retry_backoff} after the last events or sessions run."
+        ),
+    )
+    def stale_sessions_sensor(context: SensorEvaluationContext):
+        going = _writers_going(context, (events_job_name, sessions_job_name))
+        if going:
+            return SkipReason(f"an events or sessions run is going ({going[0].run_id}); waiting")
+        last = session_days.get_last_partition_key()
+        behind = (
+            [] if last is None else stale_session_dates(settings, last=date.fromisoformat(last))
+        )
+        if not behind:
+            return SkipReason("every session date has absorbed the events its window holds")
+        quiet = _seconds_since_last_run(context, (events_job_name, sessions_job_name))
+        if quiet is not None and quiet < settings.retry_backoff.total_seconds():
+            return SkipReason(
+                f"{len(behind)} session dates behind; automation asks for them first "
+                f"(last run {quiet:.0f}s ago)"
+            )
+        return _range_requests(
+            context,
+            settings,
+            job_name=sessions_job_name,
+            states={day: [] for day in behind},
+            what="session dates behind their events",
+        )
+
+    return stale_sessions_sensor
+
+
+def _range_requests(
+    context: SensorEvaluationContext,
+    settings: Settings,
+    *,
+    job_name: str,
+    states: Mapping[date, object],
+    what: str,
+) -> SensorResult | SkipReason:
+    """Range runs over the dates behind (each with what it is behind on, `states`), of at
+    most `max_partitions_per_run` days, each under a run key of its state and attempt."""
+    requests, waiting = [], []
+    for first, end in contiguous_ranges(sorted(states), max_days=settings.max_partitions_per_run):
+        state = _digest({str(d): s for d, s in states.items() if first <= d <= end})
+        request = _state_request(
+            context, settings, job_name=job_name, state=state, first=first, last=end
+        )
+        if isinstance(request, str):
+            waiting.append(f"{first}..{end}: {request}")
+        else:
+            requests.append(request)
+    for line in waiting:
+        context.log.warning(line)
+    if not requests:
+        return SkipReason("; ".join(waiting))
+    context.log.info(f"{len(states)} {what}: {len(requests)} run(s)")
+    return SensorResult(run_requests=requests)
+
+
+def _writers_going(
+    context: SensorEvaluationContext, job_names: tuple[str, ...]
+) -> list[DagsterRun]:
+    """Unfinished runs of these jobs or of automation on sessions (dead ones are failed)."""
+    return [
+        run
+        for run in unfinished_runs(context.instance, log=context.log.warning)
+        if run.job_name in job_names or SESSIONS_KEY in (run.asset_selection or ())
+    ]
+
+
+def _seconds_since_last_run(
+    context: SensorEvaluationContext, job_names: tuple[str, ...]
+) -> float | None:
+    """Seconds since the latest run of these jobs (or of automation on sessions) ended."""
+    ends = [
+        record.end_time
+        for record in context.instance.get_run_records(limit=20)
+        if record.end_time is not None
+        and (
+            record.dagster_run.job_name in job_names
+            or SESSIONS_KEY in (record.dagster_run.asset_selection or ())
+        )
+    ]
+    return None if not ends else time.time() - max(ends)
 
 
 def _state_request(
@@ -270,12 +395,14 @@ def _lifecycle_behind(settings: Settings) -> list[int | None] | None:
     return None if absorbed is not None and absorbed >= sessions else [sessions, absorbed]
 
 
-def _latest_day(context: SensorEvaluationContext, key: AssetKey) -> date | None:
-    keys = context.instance.get_materialized_partitions(key)
+def _latest_day(instance: DagsterInstance, key: AssetKey) -> date | None:
+    keys = instance.get_materialized_partitions(key)
     return max((date.fromisoformat(k) for k in keys), default=None)
 
 
-def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> SensorDefinition:
+def build_lifecycle_sensor(
+    *, settings: Settings, lifecycle_job_name: str, sessions_job_name: str
+) -> SensorDefinition:
     @sensor(
         name="lifecycle_sensor",
         job_name=lifecycle_job_name,
@@ -290,6 +417,11 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
         # Each day is advanced from the day before: never two runs over the snapshot at once.
         if unfinished_runs(context.instance, job_name=lifecycle_job_name, log=context.log.warning):
             return SkipReason("a lifecycle run is still going; waiting for it")
+        # Sessions commit before they report which dates changed: a run started in between
+        # would see the table ahead of its intervals but not the dates, and take a second run.
+        sessions = _writers_going(context, (sessions_job_name,))
+        if sessions:
+            return SkipReason(f"a sessions run is going ({sessions[0].run_id}); waiting for it")
         cursor = json.loads(context.cursor) if context.cursor else {}
         changed: set[date] = set()
         triggered = False
@@ -320,12 +452,15 @@ def build_lifecycle_sensor(*, settings: Settings, lifecycle_job_name: str) -> Se
         triggered = triggered or behind is not None
         if not triggered:
             return SensorResult(skip_reason="no new sessions", cursor=json.dumps(new_cursor))
+        latest = _latest_day(context.instance, RAW_EVENTS_KEY)
         span = lifecycle_range(
             changed=changed,
-            through=_latest_day(context, SNAPSHOT_KEY),
-            latest=_latest_day(context, RAW_EVENTS_KEY),
+            through=_latest_day(context.instance, SNAPSHOT_KEY),
+            latest=latest,
             start=settings.start_date,
         )
+        if span is None and behind is not None and latest is not None:
+            span = (latest, latest)  # only the intervals are behind: any range corrects them
         if span is None:
             return SensorResult(
                 skip_reason="the snapshot is up to date", cursor=json.dumps(new_cursor)

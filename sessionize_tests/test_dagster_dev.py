@@ -34,7 +34,13 @@ from sessionize_tests.reference import reference_sessions, reference_validate
 START = date(2026, 1, 1)
 DAYS = 3  # the last one is dropped into the landing zone while the UI runs
 BATCH_TIMEOUT = 420.0
-SENSORS = ("landing_sensor", "late_data_sensor", "lifecycle_sensor", "sessions_automation")
+SENSORS = (
+    "landing_sensor",
+    "late_data_sensor",
+    "stale_sessions_sensor",
+    "lifecycle_sensor",
+    "sessions_automation",
+)
 SESSION_ASSETS = ["sessions", "session_quarantine", "session_changes"]
 LIFECYCLE_ASSETS = ["user_lifecycle_state", "user_lifecycle_snapshot"]
 

@@ -231,13 +231,17 @@ def test_a_second_replay_does_nothing_and_a_redelivery_counts_by_content(replaye
         assert again.ok and again.batches == []
         assert lines[0].startswith("0 new or changed batches in ")
         assert "10 unchanged since they were ingested" in lines[0]
+        # A rebuild (the test before) recomputes its event days, so the session day after the
+        # last of them, whose window holds it, is behind: replay catches it up, with one run.
+        assert again.caught_up is None or again.caught_up.runs == 1
+        runs = instance.get_runs_count()
         # Day 4 re-delivered with the same bytes (new file times): still nothing to do.
         folder = settings.landing_dir / "received_date=2026-01-04"
         files = sorted(folder.iterdir())
         for path in files:
             path.write_bytes(path.read_bytes())
         assert replay(settings=settings, instance=instance, echo=lines.append).batches == []
-        assert instance.get_runs_count() == 0
+        assert instance.get_runs_count() == runs
         # Day 4 re-delivered without one of its files: that batch alone, then tables exact.
         files[0].unlink()
         lines.clear()

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import time
 from datetime import date, timedelta
+from uuid import uuid4
 
 import pytest
 from dagster import (
     AssetMaterialization,
+    DagsterRun,
+    DagsterRunStatus,
     SensorResult,
     SkipReason,
     build_sensor_context,
@@ -19,6 +22,7 @@ from sessionize_assets.definitions import (
     EVENTS_JOB,
     INGEST_JOB,
     LIFECYCLE_JOB,
+    SESSIONS_JOB,
     build_definitions,
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START, contiguous_ranges, lifecycle_range
@@ -108,6 +112,45 @@ def test_a_failed_events_run_is_asked_for_again_after_a_backoff(settings):
         assert isinstance(tick(), SkipReason)
 
 
+def test_a_failed_sessions_run_is_healed_by_the_stale_sessions_sensor(settings):
+    """Automation counts a failed run as handled; the lake's manifests still say the dates
+    are behind, and the sensor asks for them once automation has had its chance."""
+    settings = settings.with_overrides(retry_backoff=timedelta(seconds=2))
+    _batch(settings, "2026-01-20", ["2026-01-20T08:00:00Z", "2026-01-20T08:10:00Z"])
+    ingest, events, ticks = _late_data(settings)
+    defs = build_definitions(settings, spark_ui=False)
+    sessions = defs.resolve_job_def(SESSIONS_JOB)
+    sensor = defs.resolve_sensor_def("stale_sessions_sensor")
+    with instance_for_test() as instance:
+
+        def stale():
+            return sensor(build_sensor_context(instance=instance, definitions=defs))
+
+        assert ingest.execute_in_process(partition_key="2026-01-20", instance=instance).success
+        (request,) = ticks(instance)().run_requests
+        assert events.execute_in_process(instance=instance, tags=request.tags).success
+        (events_file,) = (settings.lake_dir / "events").glob("event_date=*/*.parquet")
+        good = events_file.read_bytes()
+        events_file.write_bytes(b"not parquet")
+        failed = sessions.execute_in_process(
+            instance=instance,
+            tags={RANGE_START: "2026-01-19", RANGE_END: "2026-01-21"},
+            raise_on_error=False,
+        )
+        assert not failed.success
+
+        waiting = stale()  # automation asks first
+        assert "automation asks for them first" in waiting.skip_message
+        time.sleep(2.5)
+        (heal,) = stale().run_requests
+        assert (heal.tags[RANGE_START], heal.tags[RANGE_END]) == ("2026-01-18", "2026-01-21")
+        events_file.write_bytes(good)
+        assert sessions.execute_in_process(instance=instance, tags=heal.tags).success
+        assert stale().skip_message == (
+            "every session date has absorbed the events its window holds"
+        )
+
+
 @pytest.mark.parametrize(
     ("days", "max_days", "expected"),
     [
@@ -150,6 +193,15 @@ def test_lifecycle_sensor_corrects_from_the_earliest_changed_day_through_the_lat
         # of every batch: no snapshot yet); the other dates are reported unchanged.
         for day in range(1, 7):
             _report(instance, "sessions", f"2026-01-0{day}", changed=day in (2, 6))
+        # A sessions run still going may not have reported every date it changed: wait for it.
+        going = instance.add_run(
+            DagsterRun(
+                job_name=SESSIONS_JOB, run_id=str(uuid4()), status=DagsterRunStatus.NOT_STARTED
+            )
+        )
+        waiting = sensor(build_sensor_context(instance=instance, definitions=defs))
+        assert "a sessions run is going" in waiting.skip_message
+        instance.delete_run(going.run_id)
 
         result = sensor(build_sensor_context(instance=instance, definitions=defs))
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [

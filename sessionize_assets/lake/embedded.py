@@ -39,6 +39,7 @@ from sessionize_assets.lake.log_files import (
     as_strings,
     file_partitions,
     files_in_range,
+    logged_changes,
     read_small_table,
     table_path,
 )
@@ -52,12 +53,12 @@ from sessionize_assets.lake.store import (
     MaintenanceResult,
     PartitionValue,
     TableSpec,
+    WriteConflictError,
     partition_string,
 )
 
 log = logging.getLogger(__name__)
 
-_LOG = "_delta_log"
 _COMMIT_ATTEMPTS = 5
 _MAX_ROWS_PER_FILE = 2_000_000
 
@@ -211,29 +212,8 @@ class EmbeddedDeltaStore:
     ) -> list[FileChange] | None:
         """Read from the commit files themselves: proportional to what changed, not the table."""
         root = self.path(spec)
-        found: list[FileChange] = []
-        for version in range(since_version + 1, through_version + 1):
-            commit = root / _LOG / f"{version:020d}.json"
-            try:
-                lines = commit.read_text().splitlines()
-            except FileNotFoundError:
-                return None
-            for line in lines:
-                action = json.loads(line)
-                for kind in ("add", "remove"):
-                    entry = action.get(kind)
-                    if entry is None or not entry.get("dataChange", True):
-                        continue
-                    values = entry.get("partitionValues") or {}
-                    found.append(
-                        FileChange(
-                            path=entry["path"],
-                            partition=str(values.get(spec.partition_by)),
-                            version=version,
-                            added=kind == "add",
-                        )
-                    )
-        if any(not (root / unquote(change.path)).exists() for change in found):
+        found = logged_changes(root, spec, since_version=since_version, through=through_version)
+        if found is None or any(not (root / unquote(c.path)).exists() for c in found):
             return None  # vacuumed: the rows those files held can no longer be read
         return found
 
@@ -275,13 +255,15 @@ class EmbeddedDeltaStore:
         *,
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
+        read_version: int | None = None,
     ) -> CommitInfo:
         aligned = _align(spec, df)
         return self._replace(
             spec,
             partitions,
             lambda staging: self._stage(spec, aligned, staging),
-            _properties(commit_metadata, ()),
+            _properties(commit_metadata, (), read_version),
+            read_version=read_version,
         )
 
     def read_arrow(
@@ -298,6 +280,7 @@ class EmbeddedDeltaStore:
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
         app_transactions: Sequence[AppTransaction] = (),
+        read_version: int | None = None,
     ) -> CommitInfo:
         """`replace_partitions` for small bookkeeping rows built on the driver: no Spark job."""
         schema = to_arrow_schema(spec.schema)
@@ -306,7 +289,8 @@ class EmbeddedDeltaStore:
             spec,
             partitions,
             lambda staging: stage_arrow(spec, data, staging),
-            _properties(commit_metadata, app_transactions),
+            _properties(commit_metadata, app_transactions, read_version),
+            read_version=read_version,
         )
 
     def _replace(
@@ -315,6 +299,8 @@ class EmbeddedDeltaStore:
         partitions: Iterable[PartitionValue],
         stage: Callable[[Path], list[tuple[str, Path]]],
         properties: CommitProperties,
+        *,
+        read_version: int | None,
     ) -> CommitInfo:
         targets = sorted({partition_string(p) for p in partitions})
         if not targets:
@@ -330,7 +316,7 @@ class EmbeddedDeltaStore:
                     f"partitions {targets[:5]}{'...' if len(targets) > 5 else ''}"
                 )
             adds = self._publish(spec, staged)
-            version, removed = self._commit(spec, adds, targets, properties)
+            version, removed = self._commit(spec, adds, targets, properties, read_version)
         except BaseException:
             self._discard(spec, staged)
             raise
@@ -372,6 +358,7 @@ class EmbeddedDeltaStore:
         files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
         app_transactions: Sequence[AppTransaction] = (),
+        read_version: int | None = None,
     ) -> CommitInfo:
         """Copy-on-write at file granularity: drop rows, add rows, one commit.
 
@@ -400,12 +387,14 @@ class EmbeddedDeltaStore:
                     RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
                     for path, v, size in touched
                 ]
+                written = {v for v, _ in staged} | {v for _, v, _ in touched}
+                self._check_unchanged(spec, table, written, read_version)
                 table.create_write_transaction(
                     [*adds, *removes],
                     mode="append",
                     schema=table.schema(),
                     partition_by=[spec.partition_by],
-                    commit_properties=_properties(commit_metadata, app_transactions),
+                    commit_properties=_properties(commit_metadata, app_transactions, read_version),
                 )
             except CommitFailedError as exc:
                 self._discard(spec, staged)
@@ -525,11 +514,13 @@ class EmbeddedDeltaStore:
         adds: list[AddAction],
         targets: list[str],
         properties: CommitProperties,
+        read_version: int | None,
     ) -> tuple[int, int]:
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             table = self._table(spec)
             if table is None:
                 raise LakeError(f"{spec.name}: table vanished at {self.path(spec)}")
+            self._check_unchanged(spec, table, targets, read_version)
             removed = len(self.live_files(spec, partitions=targets))
             try:
                 table.create_write_transaction(
@@ -551,6 +542,38 @@ class EmbeddedDeltaStore:
             return DeltaTable(str(self.path(spec))).version(), removed
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
 
+    def _check_unchanged(
+        self,
+        spec: TableSpec,
+        table: DeltaTable,
+        partitions: Iterable[str],
+        read_version: int | None,
+    ) -> None:
+        """Raise `WriteConflictError` if a commit after `read_version` changed one of these
+        partitions (nothing to check without a read version)."""
+        if read_version is None or table.version() <= read_version:
+            return
+        wanted = set(partitions)
+        changes = logged_changes(
+            self.path(spec), spec, since_version=read_version, through=table.version()
+        )
+        if changes is None:
+            raise WriteConflictError(
+                f"{spec.name}: the log since version {read_version}, which this run read, is "
+                "gone; nothing was committed: run again to work from the current version"
+            )
+        clashes = sorted({(c.version, c.partition) for c in changes if c.partition in wanted})
+        if clashes:
+            versions = sorted({v for v, _ in clashes})
+            dates = sorted({p for _, p in clashes})
+            raise WriteConflictError(
+                f"{spec.name}: {spec.partition_by} {', '.join(dates[:5])}"
+                f"{'...' if len(dates) > 5 else ''} changed in version(s) "
+                f"{', '.join(map(str, versions[:5]))} after this run read version "
+                f"{read_version}; nothing was committed: another run wrote the same partitions, "
+                "and a new run redoes the work from the current version"
+            )
+
     def _discard(self, spec: TableSpec, staged: list[tuple[str, Path]]) -> None:
         root = self.path(spec)
         for value, file in staged:
@@ -559,11 +582,17 @@ class EmbeddedDeltaStore:
 
 
 def _properties(
-    metadata: Mapping[str, str] | None, app_transactions: Sequence[AppTransaction]
+    metadata: Mapping[str, str] | None,
+    app_transactions: Sequence[AppTransaction],
+    read_version: int | None,
 ) -> CommitProperties:
+    """With a read version, the commit is made at exactly the version that was checked against
+    it: delta-rs does not rebase it over a commit that lands in between (it fails, and the
+    caller checks again)."""
     return CommitProperties(
         custom_metadata=dict(metadata or {}),
         app_transactions=[Transaction(t.app_id, t.version) for t in app_transactions] or None,
+        max_commit_retries=None if read_version is None else 0,
     )
 
 

@@ -8,6 +8,7 @@ sensor can read the lake too.
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.store import PartitionValue, TableSpec, partition_string
+from sessionize_assets.lake.store import FileChange, PartitionValue, TableSpec, partition_string
 
 
 def table_path(lake_dir: Path | str, spec: TableSpec) -> Path:
@@ -43,6 +44,39 @@ def read_small_table(
     filters = None if wanted is None else [(spec.partition_by, "in", wanted)]
     data = pa.table(table.to_pyarrow_table(filters=filters))
     return data.select(schema.names).cast(schema)
+
+
+def logged_changes(
+    root: Path, spec: TableSpec, *, since_version: int, through: int
+) -> list[FileChange] | None:
+    """The data files that the commits after `since_version` through `through` added or
+    removed, oldest first, read from the commit files themselves (what changed, not the table).
+
+    Compaction (`dataChange: false`) changes no row and is left out. None when one of those
+    commit files is gone (log cleanup): that history can no longer be told.
+    """
+    found: list[FileChange] = []
+    for version in range(since_version + 1, through + 1):
+        try:
+            lines = (root / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        for line in lines:
+            action = json.loads(line)
+            for kind in ("add", "remove"):
+                entry = action.get(kind)
+                if entry is None or not entry.get("dataChange", True):
+                    continue
+                values = entry.get("partitionValues") or {}
+                found.append(
+                    FileChange(
+                        path=entry["path"],
+                        partition=str(values.get(spec.partition_by)),
+                        version=version,
+                        added=kind == "add",
+                    )
+                )
+    return found
 
 
 def file_partitions(

@@ -21,6 +21,12 @@ class LakeError(RuntimeError):
     """A storage operation failed; the table is left at its previous version."""
 
 
+class WriteConflictError(LakeError):
+    """Another commit changed partitions this one writes after the version it was derived
+    from (its `read_version`). Nothing was committed: redo the work from the current version.
+    """
+
+
 @dataclass(frozen=True, kw_only=True)
 class TableSpec:
     """A Delta table: its name (folder under the lake), Spark schema and partition column."""
@@ -145,11 +151,15 @@ class DeltaStore(Protocol):
         *,
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
+        read_version: int | None = None,
     ) -> CommitInfo:
         """Atomically make `partitions` hold exactly `df` (replaceWhere semantics).
 
         Partitions listed but absent from `df` become empty; a row outside `partitions` is an
-        error and nothing is committed.
+        error and nothing is committed. `read_version` is the version of this table that `df`
+        was derived from (a read-modify-write): if a later commit changed one of `partitions`,
+        nothing is committed and `WriteConflictError` is raised. The check and the commit are
+        one step: the commit is made at the version checked, or checked again.
         """
         ...
 
@@ -167,6 +177,7 @@ class DeltaStore(Protocol):
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
         app_transactions: Sequence[AppTransaction] = (),
+        read_version: int | None = None,
     ) -> CommitInfo:
         """`replace_partitions` for small bookkeeping rows built on the driver.
 
@@ -200,13 +211,16 @@ class DeltaStore(Protocol):
         files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
         app_transactions: Sequence[AppTransaction] = (),
+        read_version: int | None = None,
     ) -> CommitInfo:
         """Drop matching rows in `partitions` and add `add()`'s rows in one commit.
 
         Only files holding dropped rows are rewritten; `files` (relative paths), when given,
         are the only ones searched for such rows. A concurrent change redoes the whole
         rewrite from a fresh snapshot. With `app_transactions`, the commit is made even when
-        no row changes: it then records only those markers.
+        no row changes: it then records only those markers. With `read_version`, a commit
+        after it that changed a partition this one writes or removes from raises
+        `WriteConflictError`, as for `replace_partitions`.
         """
         ...
 

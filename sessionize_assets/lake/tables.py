@@ -139,6 +139,13 @@ EVENTS_MANIFEST = TableSpec(
         ("ingest_version", LongType(), False, "the batch's raw_events version"),
         ("run_id", StringType(), True, "the Dagster run that absorbed it"),
         ("processed_at", TimestampType(), False, "when"),
+        (
+            "events_version",
+            LongType(),
+            True,
+            "events table version that holds what the partition absorbed (null: before it "
+            "was recorded); sessions dates that absorbed an older one are behind",
+        ),
     ),
 )
 

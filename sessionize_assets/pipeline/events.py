@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
-from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.lake.tables import EVENTS, EVENTS_MANIFEST, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.keyed_reads import KeyedRead, read_by_keys
 from sessionize_assets.pipeline.manifests import (
     Inputs,
@@ -92,6 +92,8 @@ def update_events(
     """
     dates = sorted(set(event_dates))
     report = EventsReport(requested=dates)
+    # What this run reads: its commits are made against these versions (WriteConflictError).
+    read_at = {spec: store.version(spec) for spec in (EVENTS, REJECTED_EVENTS, EVENTS_MANIFEST)}
     available = batch_inputs(store, dates)
     absorbed = absorbed_inputs(store, partitions=dates)
     plans = {d: plan(available[d], absorbed[d]) for d in dates}
@@ -143,11 +145,16 @@ def update_events(
             else None,
             add=rejections,
             commit_metadata=tags,
+            read_version=read_at[REJECTED_EVENTS],
         )
         added = change.winners(arrived).unionByName(rebuilt.added)
         if full_refresh:
             commit = store.replace_partitions(
-                EVENTS, added, partitions=recompute, commit_metadata=tags
+                EVENTS,
+                added,
+                partitions=recompute,
+                commit_metadata=tags,
+                read_version=read_at[EVENTS],
             )
         else:
             drop_keys = rebuilt.removed_keys.unionByName(_copies(spark, displaced))
@@ -157,6 +164,7 @@ def update_events(
                 drop_keys=drop_keys.select("event_id", "received_date"),
                 add=lambda: added,
                 commit_metadata=tags,
+                read_version=read_at[EVENTS],
             )
     finally:
         for frame in persisted:
@@ -164,7 +172,9 @@ def update_events(
     record_absorbed(
         store,
         absorbed={d: available[d] for d in (*incremental, *recompute)},
+        events_version=commit.version,
         run_id=run_id,
+        read_version=read_at[EVENTS_MANIFEST],
     )
     report.updated = sorted([*incremental, *recompute])
     report.recomputed = recompute

@@ -74,6 +74,8 @@ def update_lifecycle(
     if through < settings.start_date:
         raise ValueError(f"lifecycle day {through} is before the start date {settings.start_date}")
     tags = {"dagster_run_id": run_id, "asset": USER_LIFECYCLE_STATE.name}
+    # The intervals' commit is made against the version read here (WriteConflictError).
+    state_read = store.version(USER_LIFECYCLE_STATE)
     absorbed = store.applied_version(USER_LIFECYCLE_STATE, SESSIONS_ABSORBED)
     ordinal = store.applied_version(USER_LIFECYCLE_STATE, AS_OF)
     previous_as_of = None if ordinal is None else date.fromordinal(ordinal)
@@ -113,6 +115,7 @@ def update_lifecycle(
                 report,
                 tags=tags,
                 transactions=_marks(sessions_version, as_of),
+                read_version=state_read,
             )
         elif (absorbed, previous_as_of) != (sessions_version, as_of):
             # Nothing to restate: record what was absorbed, with no row.
@@ -121,6 +124,7 @@ def update_lifecycle(
                 add=lambda: spark.createDataFrame([], USER_LIFECYCLE_STATE.schema),
                 commit_metadata=tags,
                 app_transactions=_marks(sessions_version, as_of),
+                read_version=state_read,
             )
     finally:
         for frame in frames:
@@ -335,6 +339,7 @@ def _commit_intervals(
     *,
     tags: dict[str, str],
     transactions: list[AppTransaction],
+    read_version: int | None,
 ) -> None:
     """One commit: the removed rows dropped (only the files holding them are rewritten), the
     added ones appended, and the bookkeeping marks."""
@@ -347,6 +352,7 @@ def _commit_intervals(
         add=lambda: added,
         commit_metadata=tags,
         app_transactions=transactions,
+        read_version=read_version,
     )
     report.state_rows_written = commit.rows_written
     report.state_files_rewritten = commit.files_removed
@@ -363,6 +369,7 @@ def _move_snapshot(
     """Write the snapshot days that the interval rows committed since its version change, and
     the days up to the as-of day, in one commit that records the state version it reflects."""
     state_version = store.version(USER_LIFECYCLE_STATE)
+    snapshot_read = store.version(USER_LIFECYCLE_SNAPSHOT)
     reflected = store.applied_version(USER_LIFECYCLE_SNAPSHOT, STATE_ABSORBED)
     days_held = sorted(date.fromisoformat(d) for d in store.row_counts(USER_LIFECYCLE_SNAPSHOT))
     old_last = days_held[-1] if days_held else None
@@ -410,5 +417,6 @@ def _move_snapshot(
             if state_version is None
             else [AppTransaction(app_id=STATE_ABSORBED, version=state_version)]
         ),
+        read_version=snapshot_read,
     )
     report.days = days

@@ -8,6 +8,8 @@ absorbed input that changed or vanished (a re-delivered batch) recomputes that d
 `sessions`: a partition records the `events` table version it has absorbed and the session
 definition (gap, cap) it was computed with. What changed since is read from the Delta log of
 `events` (the files added and removed after that version), so the work follows the change.
+The events manifest records, per event date, the `events` version that holds what it
+absorbed: a sessions date is behind when an event date of its window holds a newer one.
 
 Bookkeeping tables are tiny, so they are read and written on the driver with delta-rs, and
 filtered in Arrow before anything becomes a Python object.
@@ -26,6 +28,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENTS_MANIFEST, SESSIONS_MANIFEST
+from sessionize_assets.partitions import session_dates_for
+from sessionize_assets.settings import Settings
 
 InputKey = tuple[date, date]  # (event_date, received_date)
 Inputs = dict[InputKey, int]  # -> ingest_version
@@ -128,8 +132,16 @@ def absorbed_inputs(store: DeltaStore, *, partitions: Iterable[date]) -> dict[da
     return out
 
 
-def record_absorbed(store: DeltaStore, *, absorbed: Mapping[date, Inputs], run_id: str) -> None:
-    """Replace the events manifest of `absorbed`'s partitions with exactly these inputs."""
+def record_absorbed(
+    store: DeltaStore,
+    *,
+    absorbed: Mapping[date, Inputs],
+    events_version: int | None,
+    run_id: str,
+    read_version: int | None = None,
+) -> None:
+    """Replace the events manifest of `absorbed`'s partitions with exactly these inputs, held
+    by `events` at `events_version` (see `WriteConflictError` for `read_version`)."""
     if not absorbed:
         return
     now = datetime.now(UTC)
@@ -141,11 +153,19 @@ def record_absorbed(store: DeltaStore, *, absorbed: Mapping[date, Inputs], run_i
             "ingest_version": version,
             "run_id": run_id,
             "processed_at": now,
+            "events_version": events_version,
         }
         for partition, inputs in sorted(absorbed.items())
         for (event_date, received_date), version in sorted(inputs.items())
     ]
-    _replace(store, EVENTS_MANIFEST, rows, partitions=sorted(absorbed), run_id=run_id)
+    _replace(
+        store,
+        EVENTS_MANIFEST,
+        rows,
+        partitions=sorted(absorbed),
+        run_id=run_id,
+        read_version=read_version,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,8 +189,44 @@ def sessions_progress(
     }
 
 
+def session_dates_behind(
+    events_manifest: pa.Table, sessions_manifest: pa.Table, *, settings: Settings
+) -> list[date]:
+    """The sessions dates that have not absorbed the `events` version holding an event date of
+    their window (see the module docstring), or were never computed although one has.
+
+    Read from the two manifests' rows, so it says what is stale whatever happened to earlier
+    runs: a sessions run that failed, or died before its manifest commit, leaves its dates
+    behind here. A changed session definition is not "behind": the UI shows those dates
+    stale by code version, for a backfill.
+    """
+    # Per event date, the newest events version holding it (-1: not recorded, an old lake).
+    held: dict[date, int] = {}
+    for row in events_manifest.select(["partition_date", "events_version"]).to_pylist():
+        version = -1 if row["events_version"] is None else row["events_version"]
+        held[row["partition_date"]] = max(held.get(row["partition_date"], -1), version)
+    needed: dict[date, int] = {}
+    for event_date, version in held.items():
+        for day in session_dates_for([event_date], settings):
+            needed[day] = max(needed.get(day, -1), version)
+    absorbed = {
+        row["partition_date"]: row["events_version"]
+        for row in sessions_manifest.select(["partition_date", "events_version"]).to_pylist()
+    }
+    return sorted(
+        day
+        for day, version in needed.items()
+        if day >= settings.start_date and (day not in absorbed or absorbed[day] < version)
+    )
+
+
 def record_sessions_progress(
-    store: DeltaStore, *, partitions: Iterable[date], progress: SessionsProgress, run_id: str
+    store: DeltaStore,
+    *,
+    partitions: Iterable[date],
+    progress: SessionsProgress,
+    run_id: str,
+    read_version: int | None = None,
 ) -> None:
     now = datetime.now(UTC)
     dates = sorted(set(partitions))
@@ -184,11 +240,19 @@ def record_sessions_progress(
         }
         for day in dates
     ]
-    _replace(store, SESSIONS_MANIFEST, rows, partitions=dates, run_id=run_id)
+    _replace(
+        store, SESSIONS_MANIFEST, rows, partitions=dates, run_id=run_id, read_version=read_version
+    )
 
 
 def _replace(
-    store: DeltaStore, spec: TableSpec, rows: list[dict], *, partitions: list[date], run_id: str
+    store: DeltaStore,
+    spec: TableSpec,
+    rows: list[dict],
+    *,
+    partitions: list[date],
+    run_id: str,
+    read_version: int | None,
 ) -> None:
     if not partitions:
         return
@@ -197,6 +261,7 @@ def _replace(
         pa.Table.from_pylist(rows, schema=to_arrow_schema(spec.schema)),
         partitions=partitions,
         commit_metadata={"dagster_run_id": run_id, "table": spec.name},
+        read_version=read_version,
     )
 
 

@@ -17,15 +17,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
-from sessionize_assets.lake.tables import EVENTS, SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
+from sessionize_assets.lake.tables import (
+    EVENTS,
+    SESSION_QUARANTINE,
+    SESSIONS,
+    SESSIONS_MANIFEST,
+)
 from sessionize_assets.partitions import event_window
+from sessionize_assets.pipeline.corrections import (
+    diff_sessions,
+    log_commit,
+    log_unlogged_versions,
+)
 from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
     keys_by_partition,
@@ -40,7 +50,6 @@ from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.sessions import build_sessions
 
 PAIR = ("user_id", "session_date")
-_CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
 
 
 def session_definition(settings: Settings) -> str:
@@ -69,6 +78,8 @@ class SessionsReport:
     files_total: int = 0
     changes_by_date: dict[date, DateChanges] = field(default_factory=dict)
     sessions_version: int | None = None
+    # Sessions versions a killed run committed but did not log, logged by this run.
+    versions_logged_late: list[int] = field(default_factory=list)
 
     @property
     def inserted(self) -> int:
@@ -95,6 +106,13 @@ def update_sessions(
     """Bring these sessions dates up to date with `events`, recomputing only what changed."""
     dates = sorted(set(session_dates))
     report = SessionsReport(requested=dates)
+    tags = {"dagster_run_id": run_id, "table": SESSIONS.name}
+    # First the sessions commits a killed run left out of the corrections log.
+    report.versions_logged_late = log_unlogged_versions(store, spark, run_id=run_id, tags=tags)
+    # What this run reads: its commits are made against these versions (WriteConflictError).
+    read_at = {
+        spec: store.version(spec) for spec in (SESSIONS, SESSION_QUARANTINE, SESSIONS_MANIFEST)
+    }
     events_version = store.version(EVENTS)
     if events_version is None:
         return report
@@ -122,7 +140,13 @@ def update_sessions(
     progress_now = SessionsProgress(events_version=events_version, definition=definition)
     if not whole and not pairs:  # nothing in these dates' windows changed
         touched.unpersist()
-        record_sessions_progress(store, partitions=partial, progress=progress_now, run_id=run_id)
+        record_sessions_progress(
+            store,
+            partitions=partial,
+            progress=progress_now,
+            run_id=run_id,
+            read_version=read_at[SESSIONS_MANIFEST],
+        )
         report.updated = partial
         return report
     scope = _Scope(whole=whole, pairs=touched)
@@ -170,8 +194,7 @@ def update_sessions(
         else store.read_files(SESSIONS, files)
     )
     old = scope.within(old_rows)
-    diff = _diff(old, sessions).persist(StorageLevel.MEMORY_AND_DISK)
-    tags = {"dagster_run_id": run_id, "table": SESSIONS.name}
+    diff = diff_sessions(old, sessions).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         changes = _summarise(diff)  # evaluates everything above, once
         changed_dates = sorted(changes)
@@ -187,12 +210,10 @@ def update_sessions(
                 files=files,
                 add=lambda: sessions.join(changed, on=list(PAIR), how="left_semi"),
                 commit_metadata=tags,
+                read_version=read_at[SESSIONS],
             )
-            version = commit.version or 0
-            store.rewrite(
-                SESSION_CHANGES,
-                add=lambda: _changes(diff, commit_version=version, run_id=run_id),
-                commit_metadata=tags,
+            log_commit(
+                store, spark, diff, sessions_version=commit.version or 0, run_id=run_id, tags=tags
             )
             report.rows_written = commit.rows_written
             report.files_rewritten = commit.files_removed
@@ -209,6 +230,7 @@ def update_sessions(
                 drop_keys=touched,
                 add=lambda: scope.within(quarantine),
                 commit_metadata=tags,
+                read_version=read_at[SESSION_QUARANTINE],
             )
         report.changed = changed_dates
         report.changes_by_date = changes
@@ -220,7 +242,11 @@ def update_sessions(
         for frame in (touched, wanted, events, sessions, diff):
             frame.unpersist()
     record_sessions_progress(
-        store, partitions=[*whole, *partial], progress=progress_now, run_id=run_id
+        store,
+        partitions=[*whole, *partial],
+        progress=progress_now,
+        run_id=run_id,
+        read_version=read_at[SESSIONS_MANIFEST],
     )
     report.updated = sorted([*whole, *partial])
     report.recomputed = whole
@@ -302,28 +328,6 @@ def _touched_pairs(
     )
 
 
-def _diff(old: DataFrame, new: DataFrame) -> DataFrame:
-    """Old rows that are gone or changed (`removed`), new rows that are new or changed.
-
-    Rows are matched by session_id (unique: a hash of the user and the session's start) in
-    one join, and a pair that differs in any column yields both sides.
-    """
-    columns = SESSIONS.schema.fieldNames()
-    sides = [
-        side.select("session_id", F.struct(*columns).alias(name))
-        for side, name in ((old, "_old"), (new, "_new"))
-    ]
-    joined = sides[0].join(sides[1], on="session_id", how="full_outer")
-    differs = joined.where(~F.col("_old").eqNullSafe(F.col("_new")))
-
-    def entry(name: str, change: str) -> Column:
-        fields = [F.col(f"{name}.{c}").alias(c) for c in columns]
-        return F.when(F.col(name).isNotNull(), F.struct(*fields, F.lit(change).alias("change")))
-
-    entries = F.array(entry("_old", "removed"), entry("_new", "added"))
-    return differs.select(F.inline(F.filter(entries, lambda e: e.isNotNull())))
-
-
 @dataclass(frozen=True, kw_only=True)
 class DateChanges:
     """How one date's sessions changed in a run: a session both removed and added was
@@ -358,14 +362,3 @@ def _summarise(diff: DataFrame) -> dict[date, DateChanges]:
         )
         for r in rows
     }
-
-
-def _changes(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFrame:
-    now = datetime.now(UTC).replace(tzinfo=None)
-    return diff.select(
-        "change",
-        *_CONTENT,
-        F.lit(commit_version).cast("long").alias("commit_version"),
-        F.lit(run_id).alias("run_id"),
-        F.lit(now).cast("timestamp").alias("changed_at"),
-    )

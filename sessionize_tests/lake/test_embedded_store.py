@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.store import LakeError, TableSpec
+from sessionize_assets.lake.store import LakeError, TableSpec, WriteConflictError
 
 SCHEMA = StructType(
     [
@@ -306,6 +306,70 @@ def test_rewrite_redoes_itself_after_a_concurrent_commit(spark, store):
     assert len(calls) == 2  # the stale attempt was thrown away, not committed
     assert [r["id"] for r in table_rows(store)] == ["b", "z"]
     assert _stray_parquet(store) == []
+
+
+def test_a_commit_against_a_read_version_fails_if_its_partitions_changed_since(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2))), partitions=[D1, D2]
+    )
+    read = store.version(SPEC)
+    # Another run commits D2 after this one read; D3 is nobody's.
+    store.replace_partitions(SPEC, frame(spark, rows(("b2", D2, 3))), partitions=[D2])
+
+    with pytest.raises(WriteConflictError, match=r"day 2026-01-02 changed in version\(s\) 2 after"):
+        store.replace_partitions(
+            SPEC, frame(spark, rows(("x", D2, 4))), partitions=[D2], read_version=read
+        )
+    with pytest.raises(WriteConflictError):
+        store.rewrite(
+            SPEC,
+            partitions=[D2],
+            drop=F.col("id") == "b2",
+            add=lambda: frame(spark, []),
+            read_version=read,
+        )
+    assert [r["id"] for r in table_rows(store)] == ["a", "b2"]  # nothing of either
+    assert store.version(SPEC) == 2
+    assert _stray_parquet(store) == []
+
+    # Partitions nobody else changed commit against the same read version.
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("c", D3, 5))), partitions=[D3], read_version=read
+    )
+    store.rewrite(
+        SPEC,
+        partitions=[D1],
+        drop=F.col("id") == "a",
+        add=lambda: frame(spark, []),
+        read_version=read,
+    )
+    assert [r["id"] for r in table_rows(store)] == ["b2", "c"]
+
+
+def test_two_writers_of_one_partition_from_one_read_version_one_commits(spark, store):
+    """Launched at once: the check and the commit are one step, so exactly one wins."""
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    read = store.version(SPEC)
+    outcomes: list[str] = []
+
+    def write(ident: str) -> None:
+        writer = EmbeddedDeltaStore(spark=spark, lake_dir=store.path(SPEC).parent)
+        try:
+            writer.replace_partitions(
+                SPEC, frame(spark, rows((ident, D1, 2))), partitions=[D1], read_version=read
+            )
+            outcomes.append("committed")
+        except WriteConflictError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=write, args=(ident,)) for ident in ("x", "y")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(outcomes) == ["committed", "conflict"]
+    assert len(table_rows(store)) == 1 and store.version(SPEC) == read + 1
 
 
 def test_changes_list_the_files_each_commit_added_and_removed(spark, store):

@@ -1,0 +1,143 @@
+"""The corrections log (`session_changes`): what each sessions commit removed and added.
+
+`sessions` and `session_changes` are two tables, so their commits cannot be one. The log
+commit carries a Delta transaction id, `SESSIONS_LOGGED`, set to the sessions version it
+logs: the log's own table says which sessions versions it holds. A run that died between the
+two commits leaves a sessions version above that, and the next sessions run logs it first,
+from the Delta log of `sessions` (the rows the commit removed against the rows it added:
+versions against versions). Comparing rows could not find that change again, since the
+sessions table already holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.store import AppTransaction, CommitInfo, DeltaStore, LakeError
+from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
+from sessionize_assets.pipeline.versions import signed_rows
+
+SESSIONS_LOGGED = "sessionize.session_changes.sessions_version"
+_CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
+
+
+def diff_sessions(old: DataFrame, new: DataFrame) -> DataFrame:
+    """Old rows that are gone or changed (`removed`), new rows that are new or changed.
+
+    Rows are matched by session_id (unique: a hash of the user and the session's start) in
+    one join, and a pair that differs in any column yields both sides.
+    """
+    columns = SESSIONS.schema.fieldNames()
+    sides = [
+        side.select("session_id", F.struct(*columns).alias(name))
+        for side, name in ((old, "_old"), (new, "_new"))
+    ]
+    joined = sides[0].join(sides[1], on="session_id", how="full_outer")
+    differs = joined.where(~F.col("_old").eqNullSafe(F.col("_new")))
+
+    def entry(name: str, change: str) -> Column:
+        fields = [F.col(f"{name}.{c}").alias(c) for c in columns]
+        return F.when(F.col(name).isNotNull(), F.struct(*fields, F.lit(change).alias("change")))
+
+    entries = F.array(entry("_old", "removed"), entry("_new", "added"))
+    return differs.select(F.inline(F.filter(entries, lambda e: e.isNotNull())))
+
+
+def _change_rows(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFrame:
+    """`session_changes` rows of a diff, for the sessions commit `commit_version`."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return diff.select(
+        "change",
+        *_CONTENT,
+        F.lit(commit_version).cast("long").alias("commit_version"),
+        F.lit(run_id).alias("run_id"),
+        F.lit(now).cast("timestamp").alias("changed_at"),
+    )
+
+
+def log_commit(
+    store: DeltaStore,
+    spark: SparkSession,
+    diff: DataFrame,
+    *,
+    sessions_version: int,
+    run_id: str,
+    tags: Mapping[str, str],
+) -> None:
+    """Log the sessions commit `sessions_version`, whose rows changed by `diff`.
+
+    The log holds versions in order: when it does not hold the one before (another run
+    committed in between and has not logged yet), every unlogged version is logged from the
+    Delta log instead, this one included.
+    """
+    if _logged_through(store) == sessions_version - 1:
+        rows = _change_rows(diff, commit_version=sessions_version, run_id=run_id)
+        _log_changes(store, rows, sessions_version=sessions_version, commit_metadata=tags)
+    else:
+        log_unlogged_versions(store, spark, run_id=run_id, tags=tags)
+
+
+def _log_changes(
+    store: DeltaStore,
+    changes: DataFrame,
+    *,
+    sessions_version: int,
+    commit_metadata: Mapping[str, str],
+) -> CommitInfo:
+    """Append the `session_changes` rows of the sessions commit `sessions_version`, marking
+    the log as holding every sessions version through it."""
+    return store.rewrite(
+        SESSION_CHANGES,
+        add=lambda: changes,
+        commit_metadata=commit_metadata,
+        app_transactions=[AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version)],
+    )
+
+
+def log_unlogged_versions(
+    store: DeltaStore, spark: SparkSession, *, run_id: str, tags: Mapping[str, str]
+) -> list[int]:
+    """Log every sessions version the log does not hold yet; the versions with a change."""
+    current = store.version(SESSIONS)
+    if current is None:
+        return []
+    logged = _logged_through(store)
+    found = []
+    for version in range(logged + 1, current + 1):
+        rows = signed_rows(store, spark, SESSIONS, since=version - 1, through=version)
+        if rows is None:
+            raise LakeError(
+                f"sessions version {version} is not in the corrections log, and its Delta log "
+                "or files are gone: rebuild the sessions (rebuild_job) to carry on"
+            )
+        columns = SESSIONS.schema.fieldNames()
+        diff = diff_sessions(
+            rows.where(F.col("sign") < 0).select(*columns),
+            rows.where(F.col("sign") > 0).select(*columns),
+        )
+        changed = diff.limit(1).count() > 0
+        if changed:
+            found.append(version)
+        # The last version is marked even without a change (a maintenance commit, say).
+        if changed or version == current:
+            _log_changes(
+                store,
+                _change_rows(diff, commit_version=version, run_id=run_id),
+                sessions_version=version,
+                commit_metadata=tags,
+            )
+    return found
+
+
+def _logged_through(store: DeltaStore) -> int:
+    """The last sessions version the log holds (-1: none). A log written before the
+    transaction id existed holds every version through its highest `commit_version`."""
+    marked = store.applied_version(SESSION_CHANGES, SESSIONS_LOGGED)
+    if marked is not None:
+        return marked
+    top = store.read(SESSION_CHANGES).agg(F.max("commit_version")).first()
+    return -1 if top is None or top[0] is None else int(top[0])

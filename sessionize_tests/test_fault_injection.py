@@ -1,0 +1,112 @@
+"""kill -9 at commits chosen by seed, then `sessionize replay` again: every table must be as an
+uninterrupted replay leaves it (`fault_runner.py` is the injector).
+
+SESSIONIZE_FAULT_TRIALS (default 4) and SESSIONIZE_FAULT_SEED choose how many kills and where.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from sessionize_assets.definitions import build_definitions
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_tests.conftest import make_settings, settings_environment
+from sessionize_tests.fault_runner import COMMITS_LINE
+
+START = date(2026, 1, 1)
+PROJECT = Path(__file__).resolve().parents[1]
+TRIALS = int(os.environ.get("SESSIONIZE_FAULT_TRIALS", "4"))
+SEED = int(os.environ.get("SESSIONIZE_FAULT_SEED", "12"))
+# Every asset's table (the bookkeeping tables record run ids, times and versions).
+TABLES = sorted(
+    key.path[-1]
+    for key in build_definitions(make_settings(Path("/nonexistent")), spark_ui=False)
+    .resolve_asset_graph()
+    .get_all_asset_keys()
+)
+# Which run wrote a row, when, and at which table version: not the content.
+_VOLATILE = {"run_id", "changed_at", "commit_version"}
+
+
+def _replay(root: Path, zone: Path, *, at: int, when: str = "before") -> str:
+    """Replay `zone` into the lake under `root`, killed at commit `at` (0: not killed)."""
+    settings = make_settings(root, landing_dir=zone)
+    home = root / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT / "dagster.yaml", home / "dagster.yaml")
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionize_tests.fault_runner", str(at), when],
+        env={
+            **os.environ,
+            **settings_environment(settings),
+            "DAGSTER_HOME": str(home),
+            # The injector is a test module: importable from the project, not the package.
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")])
+            ),
+        },
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        start_new_session=True,
+        check=False,
+    )
+    if at == 0:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    else:
+        assert done.returncode == -9, f"not killed at commit {at}: {done.stdout[-2000:]}"
+    return done.stdout
+
+
+def _content(lake: Path) -> dict[str, Counter]:
+    tables = {}
+    for name in TABLES:
+        rows = pa.table(DeltaTable(str(lake / name)).to_pyarrow_table()).to_pylist()
+        tables[name] = Counter(
+            tuple(sorted((k, v) for k, v in row.items() if k not in _VOLATILE)) for row in rows
+        )
+    return tables
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    zone = root / "zone"
+    generate_landing_zone(out=zone, start=START, days=3, users=30, seed=9, late_share=0.2)
+    clean = root / "uninterrupted"
+    out = _replay(clean, zone, at=0)
+    commits = int(out.rsplit(COMMITS_LINE, 1)[1].split()[0])
+    return zone, _content(clean / "lake"), commits
+
+
+@pytest.mark.parametrize("trial", range(TRIALS))
+def test_a_kill_at_any_commit_then_replay_leaves_the_uninterrupted_tables(
+    uninterrupted, tmp_path, trial
+):
+    zone, expected, commits = uninterrupted
+    rng = random.Random(f"{SEED}:{trial}")
+    at, when = rng.randint(1, commits), rng.choice(("before", "after"))
+    _replay(tmp_path, zone, at=at, when=when)
+    _replay(tmp_path, zone, at=0)  # what a user runs next
+    got = _content(tmp_path / "lake")
+    differences = {
+        name: (expected[name] - got[name]) + (got[name] - expected[name])
+        for name in TABLES
+        if got[name] != expected[name]
+    }
+    print(
+        f"trial {trial}: killed {when} commit {at} of {commits}; {len(differences)} tables differ"
+    )
+    assert differences == {}, f"killed {when} commit {at} of {commits}"
