@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -54,6 +55,30 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "SESSIONIZE_SPARK_CONF": ";".join(f"{k}={v}" for k, v in settings.spark_conf.items()),
         "SESSIONIZE_MAINTENANCE_CRON": settings.maintenance_cron or "off",
     }
+
+
+def wait_until_group_is_gone(pgid: int, *, timeout: float = 60.0) -> None:
+    """Until no live process of process group `pgid` is left: a crash is over then.
+
+    SIGKILL reaches every member at once, but they die one by one; a process forked an
+    instant before (a subprocess starting) still holds its parent's open files, the replay
+    lock among them, until it is gone.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(_live_member(stat, pgid) for stat in Path("/proc").glob("[0-9]*/stat")):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"process group {pgid} still has live processes after {timeout}s")
+
+
+def _live_member(stat: Path, pgid: int) -> bool:
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):  # gone meanwhile
+        return False
+    state, group = fields[0], int(fields[2])
+    return group == pgid and state not in ("Z", "X")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -21,7 +22,7 @@ from deltalake import DeltaTable
 
 from sessionize_assets.definitions import build_definitions
 from sessionize_assets.generator import generate_landing_zone
-from sessionize_tests.conftest import make_settings, settings_environment
+from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
 from sessionize_tests.fault_runner import COMMITS_LINE
 
 START = date(2026, 1, 1)
@@ -45,7 +46,7 @@ def _replay(root: Path, zone: Path, *, at: int, when: str = "before") -> str:
     home = root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(PROJECT / "dagster.yaml", home / "dagster.yaml")
-    done = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-m", "sessionize_tests.fault_runner", str(at), when],
         env={
             **os.environ,
@@ -57,17 +58,22 @@ def _replay(root: Path, zone: Path, *, at: int, when: str = "before") -> str:
             ),
         },
         cwd=root,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
-        start_new_session=True,
-        check=False,
+        start_new_session=True,  # its own process group: the JVM dies with it
     )
+    try:
+        stdout, stderr = process.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    wait_until_group_is_gone(process.pid)  # the crash is over: what an operator reruns after
     if at == 0:
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
     else:
-        assert done.returncode == -9, f"not killed at commit {at}: {done.stdout[-2000:]}"
-    return done.stdout
+        assert process.returncode == -9, f"not killed at commit {at}: {stdout[-2000:]}"
+    return stdout
 
 
 def _content(lake: Path) -> dict[str, Counter]:

@@ -19,7 +19,7 @@ from sessionize_assets.definitions import INGEST_JOB
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import ReplayBusyError, replay, replay_lock
 from sessionize_assets.run_health import UNFINISHED, unfinished_runs
-from sessionize_tests.conftest import make_settings, settings_environment
+from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
 from sessionize_tests.test_replay import _assert_tables_equal_the_full_recompute
 
 START = date(2026, 1, 1)
@@ -56,6 +56,7 @@ def test_a_killed_replay_leaves_a_dead_run_that_the_next_replay_fails_and_redoes
     finally:
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
+        wait_until_group_is_gone(killed.pid)
     (orphan,) = instance.get_runs(RunsFilter(statuses=UNFINISHED))
 
     lines: list[str] = []
