@@ -12,11 +12,23 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.resources.spark import SparkResource
+from sessionize_assets.resources.spark import DEFAULT_CONF, SparkResource
 from sessionize_assets.settings import Settings
 
 TEST_START = date(2026, 1, 1)
-TEST_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+# The tests' data is a few hundred rows, and each test process lives a few minutes: compiling
+# is most of the work. Expressions are interpreted, not compiled to Java (Spark's own suites
+# run both ways), and the driver JVM stops at the C1 compiler: C2 spends most of a core on
+# code that never runs long. Results do not depend on either; the Spark cluster test runs
+# with the production settings and compares with these.
+TEST_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.driver.extraJavaOptions": DEFAULT_CONF["spark.driver.extraJavaOptions"]
+    + " -XX:TieredStopAtLevel=1",
+}
 
 
 @pytest.fixture(scope="session")
