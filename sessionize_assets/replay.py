@@ -393,12 +393,7 @@ class BatchDriver:
 
     def _stale_sessions(self) -> list[date]:
         assert self.sessions.partitions_def is not None
-        last = self.sessions.partitions_def.get_last_partition_key()
-        return (
-            []
-            if last is None
-            else stale_session_dates(self.settings, last=date.fromisoformat(last))
-        )
+        return stale_session_dates(self.settings, session_days=self.sessions.partitions_def)
 
 
 def _run(

@@ -99,25 +99,38 @@ def event_plans_behind(settings: Settings) -> dict[date, Plan]:
 
 
 def lifecycle_catch_up(settings: Settings, instance: DagsterInstance) -> tuple[date, date] | None:
-    """The range a lifecycle run takes when nothing new changed: from the first snapshot day
-    not computed yet through the latest received day, or that day alone when only the
-    intervals are behind `sessions` (a run died after the sessions commit). None: up to date.
-    A lifecycle run corrects whatever is stale, whichever range it is given."""
+    """The range a lifecycle run takes when nothing new changed (`_lifecycle_span`)."""
+    return _lifecycle_span(
+        settings, instance, changed=set(), behind=_lifecycle_behind(settings) is not None
+    )
+
+
+def _lifecycle_span(
+    settings: Settings, instance: DagsterInstance, *, changed: set[date], behind: bool
+) -> tuple[date, date] | None:
+    """From the earliest changed session date or the first snapshot day not computed yet
+    through the latest received day; that day alone when only the intervals are `behind`
+    `sessions` (a run died after the sessions commit). None: up to date. A lifecycle run
+    corrects whatever is stale, whichever range it is given."""
     latest = _latest_day(instance, RAW_EVENTS_KEY)
     span = lifecycle_range(
-        changed=[],
+        changed=changed,
         through=_latest_day(instance, SNAPSHOT_KEY),
         latest=latest,
         start=settings.start_date,
     )
-    if span is None and latest is not None and _lifecycle_behind(settings) is not None:
+    if span is None and behind and latest is not None:
         span = (latest, latest)
     return span
 
 
-def stale_session_dates(settings: Settings, *, last: date) -> list[date]:
-    """Session dates through `last` that have not absorbed the events their window holds
-    (`manifests.session_dates_behind`), read from the lake's two manifests."""
+def stale_session_dates(settings: Settings, *, session_days: PartitionsDefinition) -> list[date]:
+    """Session dates through the last of `session_days` that have not absorbed the events
+    their window holds (`manifests.session_dates_behind`), read from the lake's two manifests."""
+    last_key = session_days.get_last_partition_key()
+    if last_key is None:
+        return []
+    last = date.fromisoformat(last_key)
     behind = session_dates_behind(
         _bookkeeping(settings, EVENTS_MANIFEST),
         _bookkeeping(settings, SESSIONS_MANIFEST),
@@ -247,10 +260,7 @@ def build_stale_sessions_sensor(
         going = _writers_going(context, (events_job_name, sessions_job_name))
         if going:
             return SkipReason(f"an events or sessions run is going ({going[0].run_id}); waiting")
-        last = session_days.get_last_partition_key()
-        behind = (
-            [] if last is None else stale_session_dates(settings, last=date.fromisoformat(last))
-        )
+        behind = stale_session_dates(settings, session_days=session_days)
         if not behind:
             return SkipReason("every session date has absorbed the events its window holds")
         quiet = _seconds_since_last_run(context, (events_job_name, sessions_job_name))
@@ -305,8 +315,13 @@ def _writers_going(
     return [
         run
         for run in unfinished_runs(context.instance, log=context.log.warning)
-        if run.job_name in job_names or SESSIONS_KEY in (run.asset_selection or ())
+        if _of_jobs_or_sessions(run, job_names)
     ]
+
+
+def _of_jobs_or_sessions(run: DagsterRun, job_names: tuple[str, ...]) -> bool:
+    """A run of one of these jobs, or of automation on sessions (an asset selection)."""
+    return run.job_name in job_names or SESSIONS_KEY in (run.asset_selection or ())
 
 
 def _seconds_since_last_run(
@@ -316,11 +331,7 @@ def _seconds_since_last_run(
     ends = [
         record.end_time
         for record in context.instance.get_run_records(limit=20)
-        if record.end_time is not None
-        and (
-            record.dagster_run.job_name in job_names
-            or SESSIONS_KEY in (record.dagster_run.asset_selection or ())
-        )
+        if record.end_time is not None and _of_jobs_or_sessions(record.dagster_run, job_names)
     ]
     return None if not ends else time.time() - max(ends)
 
@@ -452,15 +463,9 @@ def build_lifecycle_sensor(
         triggered = triggered or behind is not None
         if not triggered:
             return SensorResult(skip_reason="no new sessions", cursor=json.dumps(new_cursor))
-        latest = _latest_day(context.instance, RAW_EVENTS_KEY)
-        span = lifecycle_range(
-            changed=changed,
-            through=_latest_day(context.instance, SNAPSHOT_KEY),
-            latest=latest,
-            start=settings.start_date,
+        span = _lifecycle_span(
+            settings, context.instance, changed=changed, behind=behind is not None
         )
-        if span is None and behind is not None and latest is not None:
-            span = (latest, latest)  # only the intervals are behind: any range corrects them
         if span is None:
             return SensorResult(
                 skip_reason="the snapshot is up to date", cursor=json.dumps(new_cursor)

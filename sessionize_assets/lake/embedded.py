@@ -379,6 +379,7 @@ class EmbeddedDeltaStore:
                 new_rows = kept.unionByName(new_rows)
             staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
             staged = self._stage(spec, new_rows, staging)
+            written = {v for v, _ in staged} | {v for _, v, _ in touched}
             try:
                 adds = self._publish(spec, staged)
                 if not adds and not touched and not app_transactions:
@@ -387,7 +388,6 @@ class EmbeddedDeltaStore:
                     RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
                     for path, v, size in touched
                 ]
-                written = {v for v, _ in staged} | {v for _, v, _ in touched}
                 self._check_unchanged(spec, table, written, read_version)
                 table.create_write_transaction(
                     [*adds, *removes],
@@ -411,7 +411,7 @@ class EmbeddedDeltaStore:
             return _commit_info(
                 spec,
                 DeltaTable(str(self.path(spec))).version(),
-                {v for v, _ in staged} | {v for _, v, _ in touched},
+                written,
                 adds,
                 len(touched),
             )
