@@ -44,7 +44,7 @@ from sessionize_assets.lake.log_files import (
     table_path,
 )
 from sessionize_assets.lake.maintenance import STAGING_DIR, maintain_table
-from sessionize_assets.lake.parquet_files import file_stats, stage_arrow
+from sessionize_assets.lake.parquet_files import file_stats, read_files, stage_arrow
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
@@ -267,10 +267,19 @@ class EmbeddedDeltaStore:
         )
 
     def read_arrow(
-        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+        self,
+        spec: TableSpec,
+        *,
+        partitions: Iterable[PartitionValue] | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
-        """A small bookkeeping table (or some partitions of it), read on the driver."""
-        return read_small_table(self.path(spec), spec, partitions=partitions)
+        """A small table (or some partitions of it), read on the driver."""
+        return read_small_table(self.path(spec), spec, partitions=partitions, columns=columns)
+
+    def read_files_arrow(
+        self, spec: TableSpec, paths: Iterable[str], *, columns: Sequence[str]
+    ) -> pa.Table:
+        return read_files(self.path(spec), spec, paths, columns)
 
     def replace_partitions_arrow(
         self,
@@ -416,6 +425,92 @@ class EmbeddedDeltaStore:
                 len(touched),
             )
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
+
+    def rewrite_arrow(
+        self,
+        spec: TableSpec,
+        *,
+        add: pa.Table,
+        drop: pa.Table | None = None,
+        files: Collection[str] = (),
+        commit_metadata: Mapping[str, str] | None = None,
+        app_transactions: Sequence[AppTransaction] = (),
+        read_version: int | None = None,
+    ) -> CommitInfo:
+        """`rewrite` on the driver: the searched files are read and the new ones written with
+        Arrow (no Spark job). A concurrent change redoes it, as `rewrite` does."""
+        self.ensure(spec)
+        schema = to_arrow_schema(spec.schema)
+        properties = _properties(commit_metadata, app_transactions, read_version)
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            table = self._table(spec)
+            assert table is not None
+            touched, kept = self._touched_arrow(spec, table, drop, files)
+            rows = pa.concat_tables([kept, add.select(schema.names).cast(schema)])
+            staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
+            staged = stage_arrow(spec, rows, staging) if rows.num_rows else []
+            written = {v for v, _ in staged} | {v for _, v, _ in touched}
+            try:
+                adds = self._publish(spec, staged)
+                if not adds and not touched and not app_transactions:
+                    return CommitInfo(table=spec.name, version=table.version(), partitions=())
+                removes = [
+                    RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
+                    for path, v, size in touched
+                ]
+                self._check_unchanged(spec, table, written, read_version)
+                table.create_write_transaction(
+                    [*adds, *removes],
+                    mode="append",
+                    schema=table.schema(),
+                    partition_by=[spec.partition_by],
+                    commit_properties=properties,
+                )
+            except CommitFailedError as exc:
+                self._discard(spec, staged)
+                if attempt == _COMMIT_ATTEMPTS:
+                    raise LakeError(f"{spec.name}: rewrite kept conflicting") from exc
+                log.warning("%s: concurrent change (attempt %d), redoing", spec.name, attempt)
+                time.sleep(0.05 * attempt)
+                continue
+            except BaseException:
+                self._discard(spec, staged)
+                raise
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return _commit_info(
+                spec, DeltaTable(str(self.path(spec))).version(), written, adds, len(touched)
+            )
+        raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
+
+    def _touched_arrow(
+        self, spec: TableSpec, table: DeltaTable, drop: pa.Table | None, files: Collection[str]
+    ) -> tuple[list[tuple[str, str, int]], pa.Table]:
+        """The `files` holding a row of `drop`, and their other rows."""
+        schema = to_arrow_schema(spec.schema)
+        if drop is None or not drop.num_rows or not files:
+            return [], schema.empty_table()
+        live = {
+            path: (value, size)
+            for path, value, size in file_partitions(table, spec, None, sizes=True)
+        }
+        gone = sorted(set(files) - live.keys())
+        if gone:
+            raise WriteConflictError(
+                f"{spec.name}: files {gone[:2]} were replaced since they were chosen; nothing "
+                "was committed: a new run redoes the work from the current version"
+            )
+        touched, kept = [], []
+        keys = drop.select(drop.column_names).cast(
+            pa.schema([schema.field(name) for name in drop.column_names])
+        )
+        for path in sorted(set(files)):
+            rows = read_files(self.path(spec), spec, [path], schema.names)
+            left = rows.join(keys, keys=drop.column_names, join_type="left anti")
+            if left.num_rows < rows.num_rows:
+                touched.append((path, *live[path]))
+                kept.append(left.select(schema.names).cast(schema))
+        return touched, pa.concat_tables(kept) if kept else schema.empty_table()
 
     def _touched_files(
         self,

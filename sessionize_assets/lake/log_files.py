@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,17 @@ def table_path(lake_dir: Path | str, spec: TableSpec) -> Path:
 
 
 def read_small_table(
-    path: Path, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    path: Path,
+    spec: TableSpec,
+    *,
+    partitions: Iterable[PartitionValue] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table:
     """The rows of a small table at `path` (only `partitions`, when given) with the spec's
-    schema; an empty table when it does not exist yet."""
+    schema (only `columns`, when given); an empty table when it does not exist yet."""
     schema = to_arrow_schema(spec.schema)
+    if columns is not None:
+        schema = pa.schema([schema.field(name) for name in columns])
     wanted = None if partitions is None else sorted({partition_string(p) for p in partitions})
     if wanted == []:
         return schema.empty_table()
@@ -42,7 +48,7 @@ def read_small_table(
     except TableNotFoundError:
         return schema.empty_table()
     filters = None if wanted is None else [(spec.partition_by, "in", wanted)]
-    data = pa.table(table.to_pyarrow_table(filters=filters))
+    data = pa.table(table.to_pyarrow_table(filters=filters, columns=schema.names))
     return data.select(schema.names).cast(schema)
 
 

@@ -7,36 +7,66 @@ here from the Parquet footer, so no data passes through the driver.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
+from itertools import groupby
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.store import LakeError, TableSpec, partition_string
+from sessionize_assets.lake.store import LakeError, TableSpec
 
 _MAX_STRING_STAT = 32  # Delta's default prefix length for string statistics
 
 
 def stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[str, Path]]:
-    """Write one Parquet file per partition value, laid out as Spark would."""
-    staged = []
+    """Write the rows laid out as Spark's writer lays them out (`_stage`): per partition value,
+    sorted by `spec.sort_by`, files of at most `spec.file_rows` rows."""
     column = spec.partition_by
-    values = data.column(column).to_pylist()
-    if any(v is None for v in values):
+    if data.column(column).null_count:
         raise LakeError(f"{spec.name}: rows with a null {column}")
-    order = sorted(range(len(values)), key=lambda i: partition_string(values[i]))
-    data = data.take(pa.array(order, type=pa.int64()))
-    for value in sorted({partition_string(v) for v in values}):
-        mask = pa.array([partition_string(v) == value for v in data.column(column).to_pylist()])
-        part = data.filter(mask).drop_columns([column])
+    data = data.sort_by([(name, "ascending") for name in (column, *spec.sort_by)])
+    values = data.column(column)
+    strings = (values if pa.types.is_string(values.type) else values.cast(pa.string())).to_pylist()
+    rows = data.drop_columns([column])
+    staged = []
+    at = 0
+    for value, run in groupby(strings):
+        count = sum(1 for _ in run)
         folder = staging / f"{column}={value}"
         folder.mkdir(parents=True, exist_ok=True)
-        file = folder / f"part-{uuid.uuid4().hex}.snappy.parquet"
-        pq.write_table(part, file, compression="snappy", coerce_timestamps="us")
-        staged.append((value, file))
+        step = spec.file_rows or count
+        for first in range(at, at + count, step):
+            file = folder / f"part-{uuid.uuid4().hex}.snappy.parquet"
+            part = rows.slice(first, min(step, at + count - first))
+            pq.write_table(part, file, compression="snappy", coerce_timestamps="us")
+            staged.append((value, file))
+        at += count
     return staged
+
+
+def read_files(
+    root: Path, spec: TableSpec, paths: Iterable[str], columns: Sequence[str]
+) -> pa.Table:
+    """`columns` of the rows of these data files (paths relative to the table's `root`), with
+    the spec's types; the partition column comes from each file's folder."""
+    schema = to_arrow_schema(spec.schema)
+    column = spec.partition_by
+    stored = [name for name in columns if name != column]
+    tables = []
+    for path in sorted(set(paths)):
+        folder, _ = unquote(path).split("/", 1)
+        data = pq.read_table(root / unquote(path), columns=stored)
+        value = pa.array([folder.split("=", 1)[1]] * data.num_rows, pa.string())
+        tables.append(data.append_column(column, value.cast(schema.field(column).type)))
+    wanted = pa.schema([schema.field(name) for name in columns])
+    if not tables:
+        return wanted.empty_table()
+    return pa.concat_tables([t.select(list(columns)).cast(wanted) for t in tables])
 
 
 def file_stats(path: Path) -> dict[str, Any]:

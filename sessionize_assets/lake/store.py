@@ -164,9 +164,20 @@ class DeltaStore(Protocol):
         ...
 
     def read_arrow(
-        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+        self,
+        spec: TableSpec,
+        *,
+        partitions: Iterable[PartitionValue] | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
-        """A small bookkeeping table read on the driver (no Spark job)."""
+        """A small table, or a few partitions of one, read on the driver (no Spark job);
+        only `columns` when given."""
+        ...
+
+    def read_files_arrow(
+        self, spec: TableSpec, paths: Iterable[str], *, columns: Sequence[str]
+    ) -> pa.Table:
+        """`read_files` on the driver: `columns` of the rows of these data files."""
         ...
 
     def replace_partitions_arrow(
@@ -221,6 +232,25 @@ class DeltaStore(Protocol):
         no row changes: it then records only those markers. With `read_version`, a commit
         after it that changed a partition this one writes or removes from raises
         `WriteConflictError`, as for `replace_partitions`.
+        """
+        ...
+
+    def rewrite_arrow(
+        self,
+        spec: TableSpec,
+        *,
+        add: pa.Table,
+        drop: pa.Table | None = None,
+        files: Collection[str] = (),
+        commit_metadata: Mapping[str, str] | None = None,
+        app_transactions: Sequence[AppTransaction] = (),
+        read_version: int | None = None,
+    ) -> CommitInfo:
+        """`rewrite` for a few rows built on the driver: the rows equal to a row of `drop` (on
+        all of its columns) are removed from `files` (relative paths, the only files searched),
+        which are rewritten with their other rows if they held one, and `add`'s rows are
+        appended, in one commit. `app_transactions` and `read_version` as for `rewrite`; a
+        file that is no longer live raises `WriteConflictError`.
         """
         ...
 

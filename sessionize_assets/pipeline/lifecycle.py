@@ -13,31 +13,40 @@ days the as-of day moves over, and the users whose current stretch runs out on t
 (`inactive` -> `dormant` -> `churned`). Everyone else keeps their rows. The snapshot then moves
 by the interval rows added and removed since the version it reflects (from the Delta log of
 `user_lifecycle_state`).
+
+Where the work runs: a batch touches a few rows per touched user (their stretches from their
+anchor, the few files holding them, the changed session days), so a run reads, restates and
+commits them on the driver with Arrow: a Spark job's fixed cost would be most of the work.
+Restating every user (the first run, or when the `sessions` history since the absorbed
+version is gone) runs the same rule (`restate_intervals`) on the executors, by Spark.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date
-from functools import reduce
+from datetime import date, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import AppTransaction, DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import ONE_DAY, days_between
-from sessionize_assets.pipeline.keyed_reads import files_for_pairs, read_pairs
+from sessionize_assets.pipeline.keyed_reads import files_for_pairs
 from sessionize_assets.pipeline.sessions import PAIR
-from sessionize_assets.pipeline.versions import signed_rows
+from sessionize_assets.pipeline.versions import signed_arrow
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import (
+    ARROW_INTERVAL_SCHEMA,
     CHURNED_AFTER,
     DORMANT_AFTER,
     INACTIVE_AFTER,
     INTERVAL_COLUMNS,
+    INTERVAL_SCHEMA,
     OPEN_END,
     corrected_snapshot,
     restate_intervals,
@@ -48,6 +57,8 @@ from sessionize_assets.transforms.lifecycle import (
 SESSIONS_ABSORBED = "sessionize.user_lifecycle_state.sessions_version"
 AS_OF = "sessionize.user_lifecycle_state.as_of"  # version: the day's proleptic ordinal
 STATE_ABSORBED = "sessionize.user_lifecycle_snapshot.state_version"
+
+Interval = tuple[str, str, date, date]  # user_id, state, valid_from, valid_to
 
 
 @dataclass(kw_only=True)
@@ -82,12 +93,17 @@ def update_lifecycle(
     as_of = through if previous_as_of is None else max(through, previous_as_of)
     sessions_version = store.version(SESSIONS)
     report = LifecycleReport(as_of=as_of)
-
+    commit = _IntervalCommit(
+        store=store,
+        tags=tags,
+        marks=_marks(sessions_version, as_of),
+        read_version=state_read,
+        marks_changed=(absorbed, previous_as_of) != (sessions_version, as_of),
+    )
     scope = None
     if absorbed is not None and previous_as_of is not None and sessions_version is not None:
         scope = _changed_scope(
             store,
-            spark,
             absorbed=absorbed,
             sessions_version=sessions_version,
             previous_as_of=previous_as_of,
@@ -95,41 +111,10 @@ def update_lifecycle(
         )
     if scope is None:  # first run, or the sessions history since then is gone
         report.restated_from_start = True
-        scope = _everyone(store, start=settings.start_date, as_of=as_of)
-    frames: list[DataFrame] = scope.cached()
-    try:
-        users, earliest = scope.anchors.agg(F.count(F.lit(1)), F.min("anchor")).first()
-        report.users_restated = users
-        if users:
-            old = _old_intervals(
-                store, scope.anchors, earliest=earliest, previous_as_of=previous_as_of
-            )
-            frames.append(old)
-            session_days = scope.session_days(store, old)
-            removed, added = _restate(scope.anchors, old, session_days, report, as_of=as_of)
-            frames += [removed, added]
-            _commit_intervals(
-                store,
-                removed,
-                added,
-                report,
-                tags=tags,
-                transactions=_marks(sessions_version, as_of),
-                read_version=state_read,
-            )
-        elif (absorbed, previous_as_of) != (sessions_version, as_of):
-            # Nothing to restate: record what was absorbed, with no row.
-            store.rewrite(
-                USER_LIFECYCLE_STATE,
-                add=lambda: spark.createDataFrame([], USER_LIFECYCLE_STATE.schema),
-                commit_metadata=tags,
-                app_transactions=_marks(sessions_version, as_of),
-                read_version=state_read,
-            )
-    finally:
-        for frame in frames:
-            frame.unpersist()
-    _move_snapshot(store, spark, report, settings=settings, run_id=run_id)
+        _restate_everyone(store, spark, report, commit, start=settings.start_date, as_of=as_of)
+    else:
+        _restate_touched(store, scope, report, commit, as_of=as_of)
+    _move_snapshot(store, report, settings=settings, run_id=run_id)
     report.state_version = store.version(USER_LIFECYCLE_STATE)
     report.snapshot_version = store.version(USER_LIFECYCLE_SNAPSHOT)
     report.state_rows = sum(store.row_counts(USER_LIFECYCLE_STATE).values())
@@ -143,75 +128,32 @@ def _marks(sessions_version: int | None, as_of: date) -> list[AppTransaction]:
     return marks
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class _IntervalCommit:
+    """How a run commits the intervals: with its bookkeeping marks, against the version read."""
+
+    store: DeltaStore
+    tags: dict[str, str]
+    marks: list[AppTransaction]
+    read_version: int | None
+    marks_changed: bool  # the marks differ from those the table holds
+
+
+# -- a batch: the touched users, on the driver ---------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
 class _Scope:
-    """The users a run restates, from which day, and where their session days come from."""
+    """The users a run restates, from which day, and the session days that changed."""
 
-    anchors: DataFrame  # (user_id, anchor): each user whose intervals can change, from when
-    # (user_id, session_date) read from `sessions`: the days the as-of day moves over, or every
-    # day when restating from the start.
-    read: DataFrame
-    # (user_id, session_date) pairs whose sessions changed since the absorbed version, and the
-    # as-of day the old intervals run through; both None when restating from the start.
-    changed: DataFrame | None = None
-    held_through: date | None = None
-
-    def cached(self) -> list[DataFrame]:
-        """Persist the frames used more than once; the caller unpersists them. The inputs go
-        first, so that the anchors' cached plan reads them from the cache."""
-        frames = [self.read, self.anchors]
-        if self.changed is not None:
-            frames.insert(0, self.changed)
-        for frame in frames:
-            frame.persist(StorageLevel.MEMORY_AND_DISK)
-        return frames
-
-    def session_days(self, store: DeltaStore, old: DataFrame) -> DataFrame:
-        """(user_id, session_date): the anchored users' session days from their anchor on, as
-        they are now, given their `old` intervals from the day before their anchor.
-
-        A day of a `new` or `active` stretch is a day with a session (SPEC §4), so the old
-        intervals hold the session days absorbed through `held_through`: of those days only
-        the changed pairs are read again from `sessions` (the few files whose user range can
-        hold them), and the later ones were read whole. The history is not read.
-        """
-        if self.changed is None or self.held_through is None:
-            return self.read  # restating from the start: every day was read
-        held = (
-            old.where(F.col("state").isin("new", "active"))
-            .select(
-                "user_id",
-                F.greatest("valid_from", "anchor").alias("_from"),
-                F.least("valid_to", F.lit(self.held_through)).alias("_to"),
-            )
-            .where(F.col("_from") <= F.col("_to"))
-            .select("user_id", F.explode(F.sequence("_from", "_to")).alias("session_date"))
-            .join(self.changed, on=list(PAIR), how="left_anti")
-        )
-        reread = read_pairs(
-            store,
-            SESSIONS,
-            pairs=self.changed.where(F.col("session_date") <= F.lit(self.held_through)),
-            key="user_id",
-        ).select(*PAIR)
-        return held.unionByName(reread).unionByName(self.read)
-
-
-def _everyone(store: DeltaStore, *, start: date, as_of: date) -> _Scope:
-    """Every user with a session or an interval, restated from the start date."""
-    session_days = store.read(SESSIONS, partitions=days_between(start, as_of)).select(*PAIR)
-    anchors = (
-        session_days.select("user_id")
-        .unionByName(store.read(USER_LIFECYCLE_STATE).select("user_id"))
-        .distinct()
-        .withColumn("anchor", F.lit(start))
-    )
-    return _Scope(anchors=anchors, read=session_days)
+    anchors: dict[str, date]  # each user whose intervals can change, from when
+    changed: set[tuple[str, date]]  # (user, day) pairs whose sessions changed since absorbed
+    arrivals: set[tuple[str, date]]  # (user, day) pairs with sessions on the days moved over
+    held_through: date  # the as-of day the old intervals run through
 
 
 def _changed_scope(
     store: DeltaStore,
-    spark: SparkSession,
     *,
     absorbed: int,
     sessions_version: int,
@@ -224,143 +166,265 @@ def _changed_scope(
 
     None when the sessions history since `absorbed` is no longer available.
     """
-    changed = _changed_session_days(store, spark, since=absorbed, through=sessions_version)
-    if changed is None:
+    signed = signed_arrow(
+        store, SESSIONS, since=absorbed, through=sessions_version, columns=list(PAIR)
+    )
+    if signed is None:
         return None
-    changed = changed.where(F.col("session_date") <= F.lit(as_of))
-    moved_over = days_between(previous_as_of + ONE_DAY, as_of) if as_of > previous_as_of else []
-    arrivals = store.read(SESSIONS, partitions=moved_over).select(*PAIR)
-    parts = [changed.select("user_id", F.col("session_date").alias("anchor"))]
-    if moved_over:
-        after = F.lit(moved_over[0]).alias("anchor")
+    # A pair whose count of sessions did not change keeps its day: superfluous here.
+    net = signed.group_by(list(PAIR)).aggregate([("sign", "sum")])
+    net = net.filter(pc.not_equal(net["sign_sum"], 0))
+    changed = {pair for pair in _pairs(net) if pair[1] <= as_of}
+    anchors: dict[str, date] = {}
+
+    def anchor(user: str, day: date) -> None:
+        if day < anchors.get(user, OPEN_END):
+            anchors[user] = day
+
+    for user, day in changed:
+        anchor(user, day)
+    arrivals: set[tuple[str, date]] = set()
+    if as_of > previous_as_of:
+        moved_over = days_between(previous_as_of + ONE_DAY, as_of)
         # Users with a session on the days the as-of day moves over ...
-        parts.append(arrivals.select("user_id", after))
+        arrivals = set(_pairs(store.read_arrow(SESSIONS, partitions=moved_over, columns=PAIR)))
+        for user, _ in arrivals:
+            anchor(user, moved_over[0])
         # ... and those whose current stretch runs out on them (idle states move on by time).
-        current = store.read(USER_LIFECYCLE_STATE, partitions=[OPEN_END])
-        parts.append(
-            current.where(_runs_out(previous_as_of) < F.lit(as_of)).select("user_id", after)
+        current = store.read_arrow(
+            USER_LIFECYCLE_STATE, partitions=[OPEN_END], columns=["user_id", "state", "valid_from"]
         )
-    anchors = (
-        reduce(DataFrame.unionByName, parts).groupBy("user_id").agg(F.min("anchor").alias("anchor"))
+        for row in current.to_pylist():
+            if _runs_out(row["state"], row["valid_from"], previous_as_of) < as_of:
+                anchor(row["user_id"], moved_over[0])
+    return _Scope(anchors=anchors, changed=changed, arrivals=arrivals, held_through=previous_as_of)
+
+
+def _pairs(table: pa.Table) -> Iterable[tuple[str, date]]:
+    return zip(
+        table.column("user_id").to_pylist(), table.column("session_date").to_pylist(), strict=True
     )
-    return _Scope(anchors=anchors, read=arrivals, changed=changed, held_through=previous_as_of)
 
 
-def _runs_out(previous_as_of: date) -> Column:
+def _runs_out(state: str, since: date, previous_as_of: date) -> date:
     """The last day of a current stretch if no session comes (far future for `churned`)."""
-    state, since = F.col("state"), F.col("valid_from")
-    return (
-        F.when(state.isin("new", "active"), F.lit(previous_as_of))
-        .when(state == "inactive", F.date_add(since, DORMANT_AFTER - INACTIVE_AFTER - 1))
-        .when(state == "dormant", F.date_add(since, CHURNED_AFTER - DORMANT_AFTER - 1))
-        .otherwise(F.lit(OPEN_END))
-    )
+    if state in ("new", "active"):
+        return previous_as_of
+    if state == "inactive":
+        return since + timedelta(days=DORMANT_AFTER - INACTIVE_AFTER - 1)
+    if state == "dormant":
+        return since + timedelta(days=CHURNED_AFTER - DORMANT_AFTER - 1)
+    return OPEN_END
 
 
-def _changed_session_days(
-    store: DeltaStore, spark: SparkSession, *, since: int, through: int
-) -> DataFrame | None:
-    """(user_id, session_date) pairs whose sessions changed between the two versions (a pair
-    whose count of sessions did not change keeps its day: superfluous for the lifecycle)."""
-    rows = signed_rows(store, spark, SESSIONS, since=since, through=through)
-    if rows is None:
-        return None
-    return (
-        rows.groupBy("user_id", "session_date")
-        .agg(F.sum("sign").alias("net"))
-        .where(F.col("net") != 0)
-        .select("user_id", "session_date")
-    )
-
-
-def _old_intervals(
-    store: DeltaStore, anchors: DataFrame, *, earliest: date, previous_as_of: date | None
-) -> DataFrame:
-    """The anchored users' intervals that end on or after the day before their anchor, with
-    the anchor: from the partitions of the days since `earliest` - 1 and the current one."""
-    if previous_as_of is None:
-        partitions: list[date] = [OPEN_END]
-        rows = store.read(USER_LIFECYCLE_STATE)
-    else:
-        partitions = [*days_between(earliest - ONE_DAY, previous_as_of), OPEN_END]
-        rows = store.read(USER_LIFECYCLE_STATE, partitions=partitions)
-    return (
-        rows.join(F.broadcast(anchors), on="user_id")
-        .where(F.col("valid_to") >= F.date_sub("anchor", 1))
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-
-
-def _restate(
-    anchors: DataFrame,
-    old: DataFrame,
-    session_days: DataFrame,
+def _restate_touched(
+    store: DeltaStore,
+    scope: _Scope,
     report: LifecycleReport,
+    commit: _IntervalCommit,
     *,
     as_of: date,
-) -> tuple[DataFrame, DataFrame]:
-    """(removed, added): the anchored users' interval rows that are gone, and the new ones,
-    both cached, with their counts in `report`."""
-    prior = old.where(F.col("valid_from") <= F.date_sub("anchor", 1)).select(
-        "user_id", F.col("state").alias("prior_state"), F.col("valid_from").alias("prior_from")
+) -> None:
+    """Restate the anchored users on the driver and commit the rows that differ."""
+    report.users_restated = len(scope.anchors)
+    old = _old_intervals(store, scope)
+    balances = {user: (None, None) for user in scope.anchors}
+    for user, state, since, _ in old:
+        if since < scope.anchors[user]:  # the stretch covering the day before the anchor
+            balances[user] = (state, since)
+    users = sorted(balances)
+    new = restate_intervals(
+        balances=pa.table(
+            {
+                "user_id": pa.array(users, pa.string()),
+                "anchor": pa.array([scope.anchors[u] for u in users], pa.date32()),
+                "prior_state": pa.array([balances[u][0] for u in users], pa.string()),
+                "prior_from": pa.array([balances[u][1] for u in users], pa.date32()),
+            }
+        ),
+        session_days=_session_days(store, scope, old),
+        as_of=as_of,
     )
-    balances = anchors.join(prior, on="user_id", how="left")
-    new = restate_intervals(balances=balances, session_days=session_days, as_of=as_of).persist(
+    restated = set(zip(*(new.column(name).to_pylist() for name in INTERVAL_COLUMNS), strict=True))
+    removed, added = sorted(old - restated), sorted(restated - old)
+    report.intervals_removed, report.intervals_added = len(removed), len(added)
+    report.users_changed = len({row[0] for row in (*removed, *added)})
+    if not (removed or added or commit.marks_changed):
+        return
+    # The files holding the removed rows: by their user range in each valid_to partition.
+    holding: dict[date, list[str]] = {}
+    for user, _, _, until in removed:
+        holding.setdefault(until, []).append(user)
+    files = store.files_with_values(USER_LIFECYCLE_STATE, column="user_id", values=holding)
+    done = store.rewrite_arrow(
+        USER_LIFECYCLE_STATE,
+        add=_interval_table(added),
+        drop=_interval_table(removed),
+        files=files,
+        commit_metadata=commit.tags,
+        app_transactions=commit.marks,
+        read_version=commit.read_version,
+    )
+    report.state_rows_written = done.rows_written
+    report.state_files_rewritten = done.files_removed
+
+
+def _interval_table(rows: list[Interval]) -> pa.Table:
+    columns = list(zip(*rows, strict=True)) if rows else [[]] * len(INTERVAL_COLUMNS)
+    return pa.table(dict(zip(INTERVAL_COLUMNS, columns, strict=True)), schema=ARROW_INTERVAL_SCHEMA)
+
+
+def _old_intervals(store: DeltaStore, scope: _Scope) -> set[Interval]:
+    """The anchored users' intervals that end on or after the day before their anchor.
+
+    A stretch is kept in the partition of its last day, sorted by user in files of a few
+    hundred rows: only the files whose user range holds an anchored user are read, from the
+    day before the earliest anchor on.
+    """
+    by_anchor = sorted(scope.anchors.items(), key=lambda item: (item[1], item[0]))
+    wanted: dict[date, list[str]] = {OPEN_END: [user for user, _ in by_anchor]}
+    so_far: list[str] = []
+    at = 0
+    for day in days_between(by_anchor[0][1] - ONE_DAY, scope.held_through) if by_anchor else []:
+        # A stretch that ended on `day` is wanted for the users anchored by the day after.
+        while at < len(by_anchor) and by_anchor[at][1] <= day + ONE_DAY:
+            so_far.append(by_anchor[at][0])
+            at += 1
+        if so_far:
+            wanted[day] = list(so_far)
+    files = store.files_with_values(USER_LIFECYCLE_STATE, column="user_id", values=wanted)
+    rows = store.read_files_arrow(USER_LIFECYCLE_STATE, files, columns=INTERVAL_COLUMNS)
+    found = zip(*(rows.column(name).to_pylist() for name in INTERVAL_COLUMNS), strict=True)
+    anchors = scope.anchors
+    return {row for row in found if row[0] in anchors and row[3] >= anchors[row[0]] - ONE_DAY}
+
+
+def _session_days(store: DeltaStore, scope: _Scope, old: set[Interval]) -> pa.Table:
+    """(user_id, session_date): the anchored users' session days from their anchor on, as
+    they are now.
+
+    A day of a `new` or `active` stretch is a day with a session (SPEC §4), so the old
+    intervals hold the session days absorbed through `held_through`: of those days only the
+    changed pairs are read again from `sessions` (the few files whose user range can hold
+    them), and the later days were read whole (`arrivals`). The history is not read.
+    """
+    days = set(scope.arrivals)
+    for user, state, since, until in old:
+        if state in ("new", "active"):
+            first = max(since, scope.anchors[user])
+            last = min(until, scope.held_through)
+            for n in range((last - first).days + 1):
+                day = first + timedelta(days=n)
+                if (user, day) not in scope.changed:
+                    days.add((user, day))
+    again: dict[date, list[str]] = {}
+    for user, day in scope.changed:
+        if day <= scope.held_through:
+            again.setdefault(day, []).append(user)
+    if again:
+        files = store.files_with_values(SESSIONS, column="user_id", values=again)
+        found = store.read_files_arrow(SESSIONS, files, columns=list(PAIR))
+        days.update(pair for pair in _pairs(found) if pair in scope.changed)
+    users, session_dates = zip(*sorted(days), strict=True) if days else ((), ())
+    return pa.table(
+        {
+            "user_id": pa.array(users, pa.string()),
+            "session_date": pa.array(session_dates, pa.date32()),
+        }
+    )
+
+
+# -- every user, on the executors -----------------------------------------------------------
+
+
+def _restate_everyone(
+    store: DeltaStore,
+    spark: SparkSession,
+    report: LifecycleReport,
+    commit: _IntervalCommit,
+    *,
+    start: date,
+    as_of: date,
+) -> None:
+    """Every user restated from the start date, by Spark; only the rows that differ from the
+    table are committed."""
+    session_days = store.read(SESSIONS, partitions=days_between(start, as_of)).select(*PAIR)
+    buckets = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+
+    def restate(group: pa.Table) -> pa.Table:
+        users = pc.unique(group.column("user_id"))
+        return restate_intervals(
+            balances=pa.table(
+                {
+                    "user_id": users,
+                    "anchor": pa.array([start] * len(users), pa.date32()),
+                    "prior_state": pa.nulls(len(users), pa.string()),
+                    "prior_from": pa.nulls(len(users), pa.date32()),
+                }
+            ),
+            session_days=group,
+            as_of=as_of,
+        )
+
+    new = (
+        session_days.withColumn("_bucket", F.abs(F.hash("user_id")) % buckets)
+        .groupBy("_bucket")
+        .applyInArrow(restate, INTERVAL_SCHEMA)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    old = store.read(USER_LIFECYCLE_STATE).persist(StorageLevel.MEMORY_AND_DISK)
+    removed = old.join(new, on=INTERVAL_COLUMNS, how="left_anti").persist(
         StorageLevel.MEMORY_AND_DISK
     )
+    added = new.join(old, on=INTERVAL_COLUMNS, how="left_anti").persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    frames = [new, old, removed, added]
     try:
-        before = old.select(*INTERVAL_COLUMNS)
-        removed = before.join(new, on=INTERVAL_COLUMNS, how="left_anti")
-        added = new.join(before, on=INTERVAL_COLUMNS, how="left_anti")
-        removed = removed.persist(StorageLevel.MEMORY_AND_DISK)
-        added = added.persist(StorageLevel.MEMORY_AND_DISK)
         # One job computes (and caches) both sides while their inputs are cached.
         stats = (
             removed.select("user_id", F.lit(-1).alias("sign"))
             .unionByName(added.select("user_id", F.lit(1).alias("sign")))
+            .unionByName(new.select("user_id", F.lit(0).alias("sign")))
             .agg(
                 F.count(F.when(F.col("sign") > 0, 1)),
                 F.count(F.when(F.col("sign") < 0, 1)),
-                F.countDistinct("user_id"),
+                F.countDistinct(F.when(F.col("sign") != 0, F.col("user_id"))),
+                F.countDistinct(F.when(F.col("sign") == 0, F.col("user_id"))),
             )
             .first()
         )
-        report.intervals_added, report.intervals_removed, report.users_changed = stats
+        (
+            report.intervals_added,
+            report.intervals_removed,
+            report.users_changed,
+            report.users_restated,
+        ) = stats
+        partitions, files = files_for_pairs(
+            store, USER_LIFECYCLE_STATE, pairs=removed, key="user_id"
+        )
+        done = store.rewrite(
+            USER_LIFECYCLE_STATE,
+            partitions=partitions,
+            drop_keys=removed if report.intervals_removed else None,
+            files=files,
+            add=lambda: added,
+            commit_metadata=commit.tags,
+            app_transactions=commit.marks,
+            read_version=commit.read_version,
+        )
     finally:
-        new.unpersist()
-    return removed, added
+        for frame in frames:
+            frame.unpersist()
+    report.state_rows_written = done.rows_written
+    report.state_files_rewritten = done.files_removed
 
 
-def _commit_intervals(
-    store: DeltaStore,
-    removed: DataFrame,
-    added: DataFrame,
-    report: LifecycleReport,
-    *,
-    tags: dict[str, str],
-    transactions: list[AppTransaction],
-    read_version: int | None,
-) -> None:
-    """One commit: the removed rows dropped (only the files holding them are rewritten), the
-    added ones appended, and the bookkeeping marks."""
-    partitions, files = files_for_pairs(store, USER_LIFECYCLE_STATE, pairs=removed, key="user_id")
-    commit = store.rewrite(
-        USER_LIFECYCLE_STATE,
-        partitions=partitions,
-        drop_keys=removed if report.intervals_removed else None,
-        files=files,
-        add=lambda: added,
-        commit_metadata=tags,
-        app_transactions=transactions,
-        read_version=read_version,
-    )
-    report.state_rows_written = commit.rows_written
-    report.state_files_rewritten = commit.files_removed
+# -- the snapshot ---------------------------------------------------------------------------
 
 
 def _move_snapshot(
     store: DeltaStore,
-    spark: SparkSession,
     report: LifecycleReport,
     *,
     settings: Settings,
@@ -376,15 +440,19 @@ def _move_snapshot(
     signed = (
         None
         if reflected is None or state_version is None
-        else signed_rows(store, spark, USER_LIFECYCLE_STATE, since=reflected, through=state_version)
+        else signed_arrow(
+            store,
+            USER_LIFECYCLE_STATE,
+            since=reflected,
+            through=state_version,
+            columns=INTERVAL_COLUMNS,
+        )
     )
     if signed is None:  # no usable bookkeeping: count every interval from an empty snapshot
         old_last = None
-        signed = store.read(USER_LIFECYCLE_STATE).withColumn("sign", F.lit(1))
-    moves = {
-        (r["day"], r["state"]): (int(r["begins"]), int(r["ends"]))
-        for r in snapshot_moves(signed).collect()
-    }
+        every = store.read_arrow(USER_LIFECYCLE_STATE)
+        signed = every.append_column("sign", pa.array([1] * every.num_rows, pa.int64()))
+    moves = snapshot_moves(signed)
     moved_days = sorted({day for day, _ in moves})
     old: dict[tuple[date, str], tuple[int, int, int]] = {}
     if old_last is not None:

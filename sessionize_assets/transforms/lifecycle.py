@@ -18,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import date, timedelta
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, DateType, LongType, StringType, StructField, StructType
 
 STATES = ("new", "active", "inactive", "dormant", "churned")
@@ -55,17 +58,6 @@ Counts = Mapping[tuple[date, str], tuple[int, int, int]]  # (day, state) -> user
 Moves = Mapping[tuple[date, str], tuple[int, int]]  # (day, state) -> net entries, net exits
 
 
-def _state(*, day: Column, first: Column, last: Column, has_session: Column) -> Column:
-    idle = F.datediff(day, last)
-    return (
-        F.when(first == day, "new")
-        .when(has_session, "active")
-        .when(idle < DORMANT_AFTER, "inactive")
-        .when(idle < CHURNED_AFTER, "dormant")
-        .otherwise("churned")
-    )
-
-
 def last_session_on(*, state: Column, valid_from: Column, day: Column) -> Column:
     """The user's latest session day on or before `day`, for the stretch (state, valid_from)
     that covers `day`: stretches are maximal, so an idle one began a fixed number of days
@@ -78,110 +70,127 @@ def last_session_on(*, state: Column, valid_from: Column, day: Column) -> Column
     )
 
 
-def restate_intervals(*, balances: DataFrame, session_days: DataFrame, as_of: date) -> DataFrame:
-    """The intervals (INTERVAL_SCHEMA) of the users in `balances` that end on or after the day
-    before their anchor, with the session days as they are now.
+ARROW_INTERVAL_SCHEMA = to_arrow_schema(INTERVAL_SCHEMA)
+# Arrow dates are days since 1970-01-01; the rules below work on those day numbers.
+_EPOCH = date(1970, 1, 1)
+_OPEN_END_DAY = (OPEN_END - _EPOCH).days
+# The idle states that follow a user's last session, each from its idle day (SPEC §4).
+_IDLE = ((INACTIVE_AFTER, "inactive"), (DORMANT_AFTER, "dormant"), (CHURNED_AFTER, "churned"))
+
+
+def _day_numbers(values: pa.ChunkedArray | pa.Array) -> list[int]:
+    return pc.cast(values, pa.int32()).to_pylist()
+
+
+def restate_intervals(*, balances: pa.Table, session_days: pa.Table, as_of: date) -> pa.Table:
+    """The intervals (ARROW_INTERVAL_SCHEMA) of the users in `balances` that end on or after
+    the day before their anchor, with the session days as they are now.
 
     `balances` has one row per user: `user_id`, `anchor` (no later than `as_of`), and
     `prior_state`, `prior_from`: the stretch that covers anchor - 1, null for a user with no
     session before the anchor. `session_days` holds (user_id, session_date) rows; duplicates,
     other users and days outside anchor..as_of are ignored. The prior stretch is continued when
     the state on the anchor is the same, else it ends the day before; the stretch that covers
-    `as_of` is open (OPEN_END). Work: one row per user and day from the anchor.
+    `as_of` is open (OPEN_END).
+
+    Work: a few steps per session day of the users from their anchor, in plain Python on
+    Arrow columns; it holds no Spark state, so it runs on the driver for a batch's users and
+    on the executors (`applyInArrow`) when every user is restated.
     """
-    day = F.col("snapshot_date")
-    found = (
-        session_days.join(balances.select("user_id", "anchor"), on="user_id")
-        .where(F.col("session_date").between(F.col("anchor"), F.lit(as_of)))
-        .groupBy("user_id")
-        .agg(F.collect_set("session_date").alias("_days"), F.min("session_date").alias("_first"))
-    )
-    started = F.col("prior_state").isNotNull()
-    prior_last = last_session_on(
-        state=F.col("prior_state"), valid_from=F.col("prior_from"), day=F.date_sub("anchor", 1)
-    )
-    daily = (
-        balances.join(found, on="user_id", how="left")
-        .where(started | F.col("_first").isNotNull())
-        .withColumn(
-            "snapshot_date",
-            F.explode(
-                F.sequence(
-                    F.when(started, F.col("anchor")).otherwise(F.col("_first")), F.lit(as_of)
-                )
-            ),
-        )
-        .withColumn(
-            "state",
-            _state(
-                day=day,
-                # Only a user with no earlier stretch can be new in the range.
-                first=F.when(~started, F.col("_first")),
-                last=F.greatest(
-                    F.when(started, prior_last),
-                    F.array_max(F.filter(F.coalesce("_days", F.array()), lambda x: x <= day)),
-                ),
-                has_session=F.coalesce(F.array_contains("_days", day), F.lit(False)),
-            ),
-        )
-    )
-    by_day = Window.partitionBy("user_id").orderBy("snapshot_date")
-    begins = F.coalesce(F.lag("state").over(by_day) != F.col("state"), F.lit(True))
-    runs = (
-        daily.withColumn(
-            "_run",
-            F.sum(begins.cast("int")).over(
-                by_day.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-            ),
-        )
-        .groupBy("user_id", "anchor", "prior_state", "prior_from", "_run")
-        .agg(
-            F.first("state").alias("state"),
-            F.min("snapshot_date").alias("_from"),
-            F.max("snapshot_date").alias("_to"),
-        )
-    )
-    continues = (F.col("_run") == 1) & (F.col("state") == F.col("prior_state"))
-    restated = runs.select(
-        "user_id",
-        "state",
-        F.when(continues, F.col("prior_from")).otherwise(F.col("_from")).alias("valid_from"),
-        F.when(F.col("_to") == F.lit(as_of), F.lit(OPEN_END))
-        .otherwise(F.col("_to"))
-        .alias("valid_to"),
-    )
-    # A prior stretch whose state does not go on at the anchor ends the day before.
-    ended = runs.where((F.col("_run") == 1) & F.col("prior_state").isNotNull() & ~continues).select(
-        "user_id",
-        F.col("prior_state").alias("state"),
-        F.col("prior_from").alias("valid_from"),
-        F.date_sub("anchor", 1).alias("valid_to"),
-    )
-    return restated.unionByName(ended).select(
-        *(F.col(f.name).cast(f.dataType) for f in INTERVAL_SCHEMA)
+    last_day = (as_of - _EPOCH).days
+    found: dict[str, list[int]] = {}
+    for user, day in zip(
+        session_days.column("user_id").to_pylist(),
+        _day_numbers(session_days.column("session_date")),
+        strict=True,
+    ):
+        found.setdefault(user, []).append(day)
+    users, states, starts, ends = [], [], [], []
+    for user, anchor, prior_state, prior_from in zip(
+        balances.column("user_id").to_pylist(),
+        _day_numbers(balances.column("anchor")),
+        balances.column("prior_state").to_pylist(),
+        _day_numbers(balances.column("prior_from")),
+        strict=True,
+    ):
+        days = sorted({d for d in found.get(user, ()) if anchor <= d <= last_day})
+        prior = None if prior_state is None else (prior_state, prior_from)
+        for state, start, end in _stretches(anchor=anchor, prior=prior, days=days, last=last_day):
+            users.append(user)
+            states.append(state)
+            starts.append(start)
+            ends.append(end)
+    return pa.table(
+        {
+            "user_id": pa.array(users, pa.string()),
+            "state": pa.array(states, pa.string()),
+            "valid_from": pa.array(starts, pa.int32()).cast(pa.date32()),
+            "valid_to": pa.array(ends, pa.int32()).cast(pa.date32()),
+        },
+        schema=ARROW_INTERVAL_SCHEMA,
     )
 
 
-def snapshot_moves(signed: DataFrame) -> DataFrame:
+def _stretches(
+    *, anchor: int, prior: tuple[str, int] | None, days: list[int], last: int
+) -> list[tuple[str, int, int]]:
+    """One user's stretches (state, first day, last day) from the one covering anchor - 1
+    through `last` (that one open-ended), given their sorted session days in anchor..last."""
+    begins: list[tuple[int, str]] = []  # (day, state): where each stretch begins
+
+    def begin(day: int, state: str) -> None:
+        if not begins or begins[-1][1] != state:
+            begins.append((day, state))
+
+    latest: int | None = None  # the latest session day so far
+    if prior is not None:
+        state, since = prior
+        begins.append((since, state))
+        latest = _last_session_day(state=state, since=since, day=anchor - 1)
+
+    def idle_until(until: int) -> None:
+        """The idle states that begin after `latest`, from the anchor, before `until`."""
+        assert latest is not None
+        for after, state in _IDLE:
+            if anchor <= latest + after < until:
+                begin(latest + after, state)
+
+    for day in days:
+        if latest is None:
+            begin(day, "new")
+        else:
+            idle_until(day)
+            begin(day, "active")
+        latest = day
+    if latest is None:
+        return []
+    idle_until(last + 1)
+    ends = [day - 1 for day, _ in begins[1:]] + [_OPEN_END_DAY]
+    return [(state, day, end) for (day, state), end in zip(begins, ends, strict=True)]
+
+
+def _last_session_day(*, state: str, since: int, day: int) -> int:
+    """`last_session_on` for one stretch, on day numbers."""
+    if state in ("new", "active"):
+        return day
+    return since - dict((s, after) for after, s in _IDLE)[state]
+
+
+def snapshot_moves(signed: pa.Table) -> dict[tuple[date, str], tuple[int, int]]:
     """Per (day, state), the net stretches that begin and that end the day before.
 
     `signed` holds interval rows with `sign` +1 (added) or -1 (removed). A row kept by a
     copy-on-write rewrite is both removed and added: it cancels out.
     """
-    begins = signed.select(
-        F.col("valid_from").alias("day"), "state", F.col("sign").alias("begins"), F.lit(0)
-    ).toDF("day", "state", "begins", "ends")
-    ends = (
-        signed.where(F.col("valid_to") != F.lit(OPEN_END))
-        .select(F.date_add("valid_to", 1).alias("day"), "state", F.lit(0), F.col("sign"))
-        .toDF("day", "state", "begins", "ends")
-    )
-    return (
-        begins.unionByName(ends)
-        .groupBy("day", "state")
-        .agg(F.sum("begins").alias("begins"), F.sum("ends").alias("ends"))
-        .where((F.col("begins") != 0) | (F.col("ends") != 0))
-    )
+    moves: dict[tuple[date, str], tuple[int, int]] = {}
+    begins = signed.group_by(["valid_from", "state"]).aggregate([("sign", "sum")])
+    for row in begins.to_pylist():
+        moves[(row["valid_from"], row["state"])] = (row["sign_sum"], 0)
+    closed = signed.filter(pc.not_equal(signed["valid_to"], pa.scalar(OPEN_END, pa.date32())))
+    for row in closed.group_by(["valid_to", "state"]).aggregate([("sign", "sum")]).to_pylist():
+        key = (row["valid_to"] + timedelta(days=1), row["state"])
+        moves[key] = (moves.get(key, (0, 0))[0], row["sign_sum"])
+    return {key: move for key, move in sorted(moves.items()) if any(move)}
 
 
 def corrected_snapshot(

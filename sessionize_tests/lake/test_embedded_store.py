@@ -9,10 +9,12 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     DateType,
@@ -26,7 +28,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.store import LakeError, TableSpec, WriteConflictError
+from sessionize_assets.lake.store import AppTransaction, LakeError, TableSpec, WriteConflictError
 
 SCHEMA = StructType(
     [
@@ -278,6 +280,65 @@ def test_rewrite_only_touches_files_holding_dropped_rows(spark, store):
     assert len(before & after) == len(before) - 1  # the other files were not rewritten
     got = {r.id: r.rank for r in store.read(RANGED).collect()}
     assert len(got) == 40 and got["user-3"] == 23 and got["user-4"] == 4
+
+
+def arrow_rows(*items: tuple) -> pa.Table:
+    """`rows` as an Arrow table with the spec's types."""
+    names = SCHEMA.fieldNames()
+    return pa.Table.from_pylist(
+        [dict(zip(names, r, strict=True)) for r in rows(*items)], schema=to_arrow_schema(SCHEMA)
+    )
+
+
+def test_rewrite_arrow_only_touches_files_holding_dropped_rows(spark, store):
+    data = rows(*((f"user-{i:02d}", D1, i % 24) for i in range(40)))
+    store.replace_partitions(RANGED, frame(spark, data), partitions=[D1])
+    before = set(store.live_files(RANGED))
+    files = store.files_with_values(RANGED, column="id", values={D1: ["user-03"]})
+    assert len(files) == 1 and len(before) == 4
+
+    info = store.rewrite_arrow(
+        RANGED,
+        drop=pa.table({"id": ["user-03"], "rank": pa.array([3], pa.int32())}),
+        files=files,
+        add=arrow_rows(("user-03", D1, 23), ("user-99", D2, 1)),
+    )
+
+    after = set(store.live_files(RANGED))
+    assert info.files_removed == 1 and len(before - after) == 1
+    assert len(before & after) == 3  # the other files were not rewritten
+    got = {(r.id, r.day): r.rank for r in store.read(RANGED).collect()}
+    assert len(got) == 41 and got[("user-03", D1)] == 23 and got[("user-04", D1)] == 4
+    # The rewritten file's nine carried rows and the new row are sorted, in files of <= 10.
+    new_files = [unquote(p.split(str(store.path(RANGED)) + "/", 1)[1]) for p in after - before]
+    written = store.read_files_arrow(RANGED, new_files, columns=["day", "id"])
+    assert written.num_rows == 11 and written.column("day").to_pylist().count(D2) == 1
+    for path in after - before:
+        ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+        assert ids == sorted(ids) and len(ids) <= 10
+    assert _stray_parquet(store) == []
+
+
+def test_rewrite_arrow_commits_against_its_read_version(spark, store):
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2))), partitions=[D1, D2]
+    )
+    read = store.version(SPEC)
+    files = store.files_with_values(SPEC, column="id", values={D2: ["b"]})
+    store.replace_partitions(SPEC, frame(spark, rows(("b2", D2, 3))), partitions=[D2])
+
+    with pytest.raises(WriteConflictError, match="replaced since they were chosen"):
+        store.rewrite_arrow(SPEC, drop=pa.table({"id": ["b"]}), files=files, add=arrow_rows())
+    with pytest.raises(WriteConflictError, match=r"day 2026-01-02 changed in version\(s\) 2"):
+        store.rewrite_arrow(SPEC, add=arrow_rows(("x", D2, 4)), read_version=read)
+    assert [r["id"] for r in table_rows(store)] == ["a", "b2"]
+    assert _stray_parquet(store) == []
+    # With only bookkeeping to record, the commit holds no file.
+    info = store.rewrite_arrow(
+        SPEC, add=arrow_rows(), app_transactions=[AppTransaction(app_id="t", version=7)]
+    )
+    assert info.files_added == info.files_removed == 0
+    assert store.applied_version(SPEC, "t") == 7 and store.version(SPEC) == 3
 
 
 def test_rewrite_with_a_predicate(spark, store):

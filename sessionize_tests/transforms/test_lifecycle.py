@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from datetime import date, timedelta
 
+import pyarrow as pa
 import pytest
 
 from sessionize_assets.transforms.lifecycle import (
@@ -20,8 +21,10 @@ from sessionize_assets.transforms.lifecycle import (
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 
 S = date(2026, 1, 1)
-SESSION_DAYS = "user_id string, session_date date"
-BALANCES = "user_id string, anchor date, prior_state string, prior_from date"
+BALANCES = pa.schema(
+    [("user_id", pa.string()), ("anchor", pa.date32())]
+    + [("prior_state", pa.string()), ("prior_from", pa.date32())]
+)
 
 
 def d(n: int) -> date:
@@ -32,21 +35,30 @@ def d(n: int) -> date:
 def as_sets(rows) -> set[tuple]:
     """Interval rows as (user, state, valid_from, valid_to), None for an open stretch."""
     return {
-        (r.user_id, r.state, r.valid_from, None if r.valid_to == OPEN_END else r.valid_to)
+        (
+            r["user_id"],
+            r["state"],
+            r["valid_from"],
+            None if r["valid_to"] == OPEN_END else r["valid_to"],
+        )
         for r in rows
     }
 
 
-def restate(spark, sessions, as_of, balances=None):
+def restate(sessions, as_of, balances=None) -> list[dict]:
     """Intervals of every user in `sessions` from day 0, or of the users in `balances`."""
     if balances is None:
         balances = [(u, S, None, None) for u in sorted({u for u, _ in sessions})]
-    frame = restate_intervals(
-        balances=spark.createDataFrame(balances, BALANCES),
-        session_days=spark.createDataFrame(list(sessions), SESSION_DAYS),
+    table = restate_intervals(
+        balances=pa.Table.from_pylist(
+            [dict(zip(BALANCES.names, b, strict=True)) for b in balances], BALANCES
+        ),
+        session_days=pa.table(
+            {"user_id": [u for u, _ in sessions], "session_date": [day for _, day in sessions]}
+        ),
         as_of=as_of,
     )
-    return frame.collect()
+    return table.to_pylist()
 
 
 def _moves(rows, sign, into):
@@ -74,7 +86,7 @@ def as_rows(counts) -> list[tuple]:
 
 def test_first_day_is_new_then_active_then_idle_states_follow_by_time(spark):
     sessions = [("u", d(0)), ("u", d(1)), ("u", d(1)), ("u", d(2)), ("r", d(5)), ("r", d(40))]
-    assert as_sets(restate(spark, sessions, d(45))) == {
+    assert as_sets(restate(sessions, d(45))) == {
         ("u", "new", d(0), d(0)),
         ("u", "active", d(1), d(2)),  # consecutive session days are one stretch
         ("u", "inactive", d(3), d(8)),
@@ -103,7 +115,7 @@ def test_a_stretch_before_the_anchor_continues_or_ends_the_day_before(spark):
         ("z", d(10), None, None),
     ]
     sessions = [("a", d(10)), ("i", d(10)), ("n", d(12)), ("n", d(3)), ("x", d(11))]
-    assert as_sets(restate(spark, sessions, d(30), balances)) == {
+    assert as_sets(restate(sessions, d(30), balances)) == {
         ("u", "dormant", d(2), d(24)),
         ("u", "churned", d(25), None),
         ("a", "active", d(8), d(10)),
@@ -147,7 +159,7 @@ N = 45
 def test_intervals_and_snapshot_from_scratch_match_a_full_recompute(spark, seed):
     sessions = random_sessions(seed, days=N)
     states, snapshot = lifecycle_reference(session_days=sessions, start=S, end=d(N - 1))
-    intervals = as_sets(restate(spark, sessions, d(N - 1)))
+    intervals = as_sets(restate(sessions, d(N - 1)))
     assert {"new", "active", "inactive", "dormant", "churned"} == {s for _, s, _, _ in intervals}
     assert intervals == reference_intervals(states, end=d(N - 1))
     assert as_rows(snapshot_from(intervals, as_of=d(N - 1))) == snapshot
@@ -156,7 +168,7 @@ def test_intervals_and_snapshot_from_scratch_match_a_full_recompute(spark, seed)
 def test_a_late_session_moves_only_the_changed_stretches_and_days(spark):
     sessions = random_sessions(SEEDS[1], days=N)
     end = d(N - 1)
-    before = as_sets(restate(spark, sessions, end))
+    before = as_sets(restate(sessions, end))
     old = snapshot_from(before, as_of=end)
     x = 20
     late = [*sessions, ("u0", d(x)), ("late", d(x))]
@@ -166,7 +178,7 @@ def test_a_late_session_moves_only_the_changed_stretches_and_days(spark):
         for user, state, since, until in before
         if user == "u0" and since <= d(x - 1) and (until is None or until >= d(x - 1))
     ]
-    restated = as_sets(restate(spark, late, end, balances))
+    restated = as_sets(restate(late, end, balances))
     kept_before = {
         i for i in before if i[0] in ("u0", "late") and i[3] is not None and i[3] < d(x - 1)
     }
@@ -186,9 +198,9 @@ def test_a_late_session_moves_only_the_changed_stretches_and_days(spark):
 def test_new_days_start_from_the_last_day_and_move_by_what_changed(spark):
     sessions = random_sessions(SEEDS[2], days=N)
     k = 30
-    head = as_sets(restate(spark, sessions, d(k)))
+    head = as_sets(restate(sessions, d(k)))
     old = snapshot_from(head, as_of=d(k))
-    whole = as_sets(restate(spark, sessions, d(N - 1)))
+    whole = as_sets(restate(sessions, d(N - 1)))
     moves = _moves(head - whole, -1, _moves(whole - head, 1, {}))
     corrected = corrected_snapshot(old=old, old_last=d(k), moves=moves, start=S, as_of=d(N - 1))
     assert {day for day, _ in corrected} >= {d(n) for n in range(k + 1, N)}
@@ -212,17 +224,17 @@ def test_snapshot_moves_cancel_rows_carried_by_a_rewrite(spark):
         ("v", "churned", d(4), d(9), 1),
         ("v", "active", d(10), OPEN_END, 1),
     ]
-    frame = spark.createDataFrame(
-        rows, "user_id string, state string, valid_from date, valid_to date, sign int"
-    )
-    got = {(r.day, r.state): (r.begins, r.ends) for r in snapshot_moves(frame).collect()}
-    assert got == {(d(10), "churned"): (0, 1), (d(10), "active"): (1, 0)}
+    names = ["user_id", "state", "valid_from", "valid_to", "sign"]
+    signed = pa.Table.from_pylist([dict(zip(names, row, strict=True)) for row in rows])
+    assert snapshot_moves(signed) == {(d(10), "churned"): (0, 1), (d(10), "active"): (1, 0)}
 
 
 @pytest.mark.parametrize("seed", SEEDS[:2])
 def test_states_by_day_gives_the_per_user_per_day_shape(spark, seed):
     sessions = random_sessions(seed, days=N)
-    intervals = spark.createDataFrame(restate(spark, sessions, d(N - 1)), INTERVAL_SCHEMA)
+    intervals = spark.createDataFrame(
+        [tuple(r.values()) for r in restate(sessions, d(N - 1))], INTERVAL_SCHEMA
+    )
     states, _ = lifecycle_reference(session_days=sessions, start=S, end=d(N - 1))
     got = states_by_day(intervals, first_date=d(10), last_date=d(N - 1)).collect()
     assert {
