@@ -9,9 +9,7 @@ the driver: only Parquet footers are read, to give the log real statistics for d
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
 import time
 import uuid
@@ -23,7 +21,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Field, Schema, Transaction
+from deltalake import DeltaTable, Field, Schema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import (
     AddAction,
@@ -35,6 +33,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.log_commits import (
+    check_unchanged,
+    commit_info,
+    commit_properties,
+    discard,
+    publish,
+)
 from sessionize_assets.lake.log_files import (
     as_strings,
     file_partitions,
@@ -44,7 +49,7 @@ from sessionize_assets.lake.log_files import (
     table_path,
 )
 from sessionize_assets.lake.maintenance import STAGING_DIR, maintain_table
-from sessionize_assets.lake.parquet_files import file_stats, read_files, stage_arrow
+from sessionize_assets.lake.parquet_files import read_files, stage_arrow
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
@@ -61,6 +66,9 @@ log = logging.getLogger(__name__)
 
 _COMMIT_ATTEMPTS = 5
 _MAX_ROWS_PER_FILE = 2_000_000
+
+_Touched = tuple[str, str, int]  # a data file a rewrite replaces: path, partition value, size
+_Staged = tuple[list[_Touched], list[tuple[str, Path]]]  # those, and the new files staged
 
 
 def delta_schema(spec: TableSpec) -> Schema:
@@ -262,7 +270,7 @@ class EmbeddedDeltaStore:
             spec,
             partitions,
             lambda staging: self._stage(spec, aligned, staging),
-            _properties(commit_metadata, (), read_version),
+            commit_properties(commit_metadata, (), read_version),
             read_version=read_version,
         )
 
@@ -298,7 +306,7 @@ class EmbeddedDeltaStore:
             spec,
             partitions,
             lambda staging: stage_arrow(spec, data, staging),
-            _properties(commit_metadata, app_transactions, read_version),
+            commit_properties(commit_metadata, app_transactions, read_version),
             read_version=read_version,
         )
 
@@ -324,14 +332,14 @@ class EmbeddedDeltaStore:
                     f"{spec.name}: rows for partitions {outside[:5]} outside the replaced "
                     f"partitions {targets[:5]}{'...' if len(targets) > 5 else ''}"
                 )
-            adds = self._publish(spec, staged)
+            adds = publish(self.path(spec), spec, staged)
             version, removed = self._commit(spec, adds, targets, properties, read_version)
         except BaseException:
-            self._discard(spec, staged)
+            discard(self.path(spec), spec, staged)
             raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return _commit_info(spec, version, targets, adds, removed)
+        return commit_info(spec, version, targets, adds, removed)
 
     def merge(
         self,
@@ -377,54 +385,16 @@ class EmbeddedDeltaStore:
         that was read, so a concurrent change makes it fail; the whole rewrite is then redone
         from a fresh snapshot, calling `add()` again.
         """
-        self.ensure(spec)
         searched = None if partitions is None else sorted({partition_string(p) for p in partitions})
-        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-            table = self._table(spec)
-            assert table is not None
+
+        def stage(table: DeltaTable, staging: Path) -> _Staged:
             touched, kept = self._touched_files(spec, table, searched, drop, drop_keys, files)
             new_rows = _align(spec, add())
             if kept is not None:
                 new_rows = kept.unionByName(new_rows)
-            staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
-            staged = self._stage(spec, new_rows, staging)
-            written = {v for v, _ in staged} | {v for _, v, _ in touched}
-            try:
-                adds = self._publish(spec, staged)
-                if not adds and not touched and not app_transactions:
-                    return CommitInfo(table=spec.name, version=table.version(), partitions=())
-                removes = [
-                    RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
-                    for path, v, size in touched
-                ]
-                self._check_unchanged(spec, table, written, read_version)
-                table.create_write_transaction(
-                    [*adds, *removes],
-                    mode="append",
-                    schema=table.schema(),
-                    partition_by=[spec.partition_by],
-                    commit_properties=_properties(commit_metadata, app_transactions, read_version),
-                )
-            except CommitFailedError as exc:
-                self._discard(spec, staged)
-                if attempt == _COMMIT_ATTEMPTS:
-                    raise LakeError(f"{spec.name}: rewrite kept conflicting") from exc
-                log.warning("%s: concurrent change (attempt %d), redoing", spec.name, attempt)
-                time.sleep(0.05 * attempt)
-                continue
-            except BaseException:
-                self._discard(spec, staged)
-                raise
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-            return _commit_info(
-                spec,
-                DeltaTable(str(self.path(spec))).version(),
-                written,
-                adds,
-                len(touched),
-            )
-        raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
+            return touched, self._stage(spec, new_rows, staging)
+
+        return self._copy_on_write(spec, stage, commit_metadata, app_transactions, read_version)
 
     def rewrite_arrow(
         self,
@@ -439,26 +409,46 @@ class EmbeddedDeltaStore:
     ) -> CommitInfo:
         """`rewrite` on the driver: the searched files are read and the new ones written with
         Arrow (no Spark job). A concurrent change redoes it, as `rewrite` does."""
-        self.ensure(spec)
         schema = to_arrow_schema(spec.schema)
-        properties = _properties(commit_metadata, app_transactions, read_version)
+
+        def stage(table: DeltaTable, staging: Path) -> _Staged:
+            touched, kept = self._touched_arrow(spec, table, drop, files)
+            rows = pa.concat_tables([kept, add.select(schema.names).cast(schema)])
+            return touched, stage_arrow(spec, rows, staging) if rows.num_rows else []
+
+        return self._copy_on_write(spec, stage, commit_metadata, app_transactions, read_version)
+
+    def _copy_on_write(
+        self,
+        spec: TableSpec,
+        stage: Callable[[DeltaTable, Path], _Staged],
+        commit_metadata: Mapping[str, str] | None,
+        app_transactions: Sequence[AppTransaction],
+        read_version: int | None,
+    ) -> CommitInfo:
+        """One commit of the files `stage` writes and the files it says it replaces, redone
+        from a fresh snapshot when a concurrent commit fails it."""
+        properties = commit_properties(commit_metadata, app_transactions, read_version)
+        self.ensure(spec)
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             table = self._table(spec)
             assert table is not None
-            touched, kept = self._touched_arrow(spec, table, drop, files)
-            rows = pa.concat_tables([kept, add.select(schema.names).cast(schema)])
             staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
-            staged = stage_arrow(spec, rows, staging) if rows.num_rows else []
+            try:
+                touched, staged = stage(table, staging)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
             written = {v for v, _ in staged} | {v for _, v, _ in touched}
             try:
-                adds = self._publish(spec, staged)
+                adds = publish(self.path(spec), spec, staged)
                 if not adds and not touched and not app_transactions:
                     return CommitInfo(table=spec.name, version=table.version(), partitions=())
                 removes = [
                     RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
                     for path, v, size in touched
                 ]
-                self._check_unchanged(spec, table, written, read_version)
+                check_unchanged(self.path(spec), spec, table, written, read_version)
                 table.create_write_transaction(
                     [*adds, *removes],
                     mode="append",
@@ -467,32 +457,37 @@ class EmbeddedDeltaStore:
                     commit_properties=properties,
                 )
             except CommitFailedError as exc:
-                self._discard(spec, staged)
+                discard(self.path(spec), spec, staged)
                 if attempt == _COMMIT_ATTEMPTS:
                     raise LakeError(f"{spec.name}: rewrite kept conflicting") from exc
                 log.warning("%s: concurrent change (attempt %d), redoing", spec.name, attempt)
                 time.sleep(0.05 * attempt)
                 continue
             except BaseException:
-                self._discard(spec, staged)
+                discard(self.path(spec), spec, staged)
                 raise
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            return _commit_info(
+            return commit_info(
                 spec, DeltaTable(str(self.path(spec))).version(), written, adds, len(touched)
             )
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
 
     def _touched_arrow(
         self, spec: TableSpec, table: DeltaTable, drop: pa.Table | None, files: Collection[str]
-    ) -> tuple[list[tuple[str, str, int]], pa.Table]:
+    ) -> tuple[list[_Touched], pa.Table]:
         """The `files` holding a row of `drop`, and their other rows."""
         schema = to_arrow_schema(spec.schema)
         if drop is None or not drop.num_rows or not files:
             return [], schema.empty_table()
         live = {
             path: (value, size)
-            for path, value, size in file_partitions(table, spec, None, sizes=True)
+            for path, value, size in file_partitions(
+                table,
+                spec,
+                {unquote(f).split("/", 1)[0].split("=", 1)[1] for f in files},
+                sizes=True,
+            )
         }
         gone = sorted(set(files) - live.keys())
         if gone:
@@ -520,7 +515,7 @@ class EmbeddedDeltaStore:
         drop: Column | None,
         drop_keys: DataFrame | None,
         files: Collection[str] | None,
-    ) -> tuple[list[tuple[str, str, int]], DataFrame | None]:
+    ) -> tuple[list[_Touched], DataFrame | None]:
         """Files of the snapshot holding rows to drop, and those files' rows to keep."""
         if drop is None and drop_keys is None:
             return [], None
@@ -581,28 +576,6 @@ class EmbeddedDeltaStore:
             staged.extend((value, file) for file in sorted(folder.glob("*.parquet")))
         return staged
 
-    def _publish(self, spec: TableSpec, staged: list[tuple[str, Path]]) -> list[AddAction]:
-        """Move staged files to their partition folders and describe them for the log."""
-        root = self.path(spec)
-        adds = []
-        for value, file in staged:
-            relative = f"{spec.partition_by}={value}/{file.name}"
-            target = root / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(file, target)
-            stat = target.stat()
-            adds.append(
-                AddAction(
-                    relative,
-                    stat.st_size,
-                    {spec.partition_by: value},
-                    int(stat.st_mtime * 1000),
-                    True,
-                    json.dumps(file_stats(target)),
-                )
-            )
-        return adds
-
     def _commit(
         self,
         spec: TableSpec,
@@ -615,7 +588,7 @@ class EmbeddedDeltaStore:
             table = self._table(spec)
             if table is None:
                 raise LakeError(f"{spec.name}: table vanished at {self.path(spec)}")
-            self._check_unchanged(spec, table, targets, read_version)
+            check_unchanged(self.path(spec), spec, table, targets, read_version)
             removed = len(self.live_files(spec, partitions=targets))
             try:
                 table.create_write_transaction(
@@ -637,59 +610,6 @@ class EmbeddedDeltaStore:
             return DeltaTable(str(self.path(spec))).version(), removed
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
 
-    def _check_unchanged(
-        self,
-        spec: TableSpec,
-        table: DeltaTable,
-        partitions: Iterable[str],
-        read_version: int | None,
-    ) -> None:
-        """Raise `WriteConflictError` if a commit after `read_version` changed one of these
-        partitions (nothing to check without a read version)."""
-        if read_version is None or table.version() <= read_version:
-            return
-        wanted = set(partitions)
-        changes = logged_changes(
-            self.path(spec), spec, since_version=read_version, through=table.version()
-        )
-        if changes is None:
-            raise WriteConflictError(
-                f"{spec.name}: the log since version {read_version}, which this run read, is "
-                "gone; nothing was committed: run again to work from the current version"
-            )
-        clashes = sorted({(c.version, c.partition) for c in changes if c.partition in wanted})
-        if clashes:
-            versions = sorted({v for v, _ in clashes})
-            dates = sorted({p for _, p in clashes})
-            raise WriteConflictError(
-                f"{spec.name}: {spec.partition_by} {', '.join(dates[:5])}"
-                f"{'...' if len(dates) > 5 else ''} changed in version(s) "
-                f"{', '.join(map(str, versions[:5]))} after this run read version "
-                f"{read_version}; nothing was committed: another run wrote the same partitions, "
-                "and a new run redoes the work from the current version"
-            )
-
-    def _discard(self, spec: TableSpec, staged: list[tuple[str, Path]]) -> None:
-        root = self.path(spec)
-        for value, file in staged:
-            for candidate in (file, root / f"{spec.partition_by}={value}" / file.name):
-                candidate.unlink(missing_ok=True)
-
-
-def _properties(
-    metadata: Mapping[str, str] | None,
-    app_transactions: Sequence[AppTransaction],
-    read_version: int | None,
-) -> CommitProperties:
-    """With a read version, the commit is made at exactly the version that was checked against
-    it: delta-rs does not rebase it over a commit that lands in between (it fails, and the
-    caller checks again)."""
-    return CommitProperties(
-        custom_metadata=dict(metadata or {}),
-        app_transactions=[Transaction(t.app_id, t.version) for t in app_transactions] or None,
-        max_commit_retries=None if read_version is None else 0,
-    )
-
 
 def _parquet_options(spec: TableSpec) -> dict[str, str]:
     """Writer options: rows per file, row group size and bloom filters of the spec."""
@@ -700,19 +620,6 @@ def _parquet_options(spec: TableSpec) -> dict[str, str]:
         options[f"parquet.bloom.filter.enabled#{column}"] = "true"
         options[f"parquet.bloom.filter.expected.ndv#{column}"] = str(spec.bloom_filter_ndv)
     return options
-
-
-def _commit_info(
-    spec: TableSpec, version: int, partitions: Iterable[str], adds: list[AddAction], removed: int
-) -> CommitInfo:
-    return CommitInfo(
-        table=spec.name,
-        version=version,
-        partitions=tuple(sorted(partitions)),
-        files_added=len(adds),
-        files_removed=removed,
-        rows_written=sum(json.loads(a.stats)["numRecords"] for a in adds),
-    )
 
 
 def _align(spec: TableSpec, df: DataFrame) -> DataFrame:

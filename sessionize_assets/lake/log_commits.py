@@ -1,0 +1,104 @@
+"""Committing staged files to a Delta log with delta-rs: the actions that describe them, the
+check that no commit since a run's read version changed what it writes, and the clean-up of
+files a failed commit leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from deltalake import DeltaTable, Transaction
+from deltalake.transaction import AddAction, CommitProperties
+
+from sessionize_assets.lake.log_files import logged_changes
+from sessionize_assets.lake.parquet_files import file_stats
+from sessionize_assets.lake.store import AppTransaction, CommitInfo, TableSpec, WriteConflictError
+
+
+def publish(root: Path, spec: TableSpec, staged: list[tuple[str, Path]]) -> list[AddAction]:
+    """Move staged files to their partition folders and describe them for the log."""
+    adds = []
+    for value, file in staged:
+        relative = f"{spec.partition_by}={value}/{file.name}"
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(file, target)
+        stat = target.stat()
+        adds.append(
+            AddAction(
+                relative,
+                stat.st_size,
+                {spec.partition_by: value},
+                int(stat.st_mtime * 1000),
+                True,
+                json.dumps(file_stats(target)),
+            )
+        )
+    return adds
+
+
+def check_unchanged(
+    root: Path,
+    spec: TableSpec,
+    table: DeltaTable,
+    partitions: Iterable[str],
+    read_version: int | None,
+) -> None:
+    """Raise `WriteConflictError` if a commit after `read_version` changed one of these
+    partitions (nothing to check without a read version)."""
+    if read_version is None or table.version() <= read_version:
+        return
+    wanted = set(partitions)
+    changes = logged_changes(root, spec, since_version=read_version, through=table.version())
+    if changes is None:
+        raise WriteConflictError(
+            f"{spec.name}: the log since version {read_version}, which this run read, is "
+            "gone; nothing was committed: run again to work from the current version"
+        )
+    clashes = sorted({(c.version, c.partition) for c in changes if c.partition in wanted})
+    if clashes:
+        versions = sorted({v for v, _ in clashes})
+        dates = sorted({p for _, p in clashes})
+        raise WriteConflictError(
+            f"{spec.name}: {spec.partition_by} {', '.join(dates[:5])}"
+            f"{'...' if len(dates) > 5 else ''} changed in version(s) "
+            f"{', '.join(map(str, versions[:5]))} after this run read version "
+            f"{read_version}; nothing was committed: another run wrote the same partitions, "
+            "and a new run redoes the work from the current version"
+        )
+
+
+def discard(root: Path, spec: TableSpec, staged: list[tuple[str, Path]]) -> None:
+    for value, file in staged:
+        for candidate in (file, root / f"{spec.partition_by}={value}" / file.name):
+            candidate.unlink(missing_ok=True)
+
+
+def commit_properties(
+    metadata: Mapping[str, str] | None,
+    app_transactions: Sequence[AppTransaction],
+    read_version: int | None,
+) -> CommitProperties:
+    """With a read version, the commit is made at exactly the version that was checked against
+    it: delta-rs does not rebase it over a commit that lands in between (it fails, and the
+    caller checks again)."""
+    return CommitProperties(
+        custom_metadata=dict(metadata or {}),
+        app_transactions=[Transaction(t.app_id, t.version) for t in app_transactions] or None,
+        max_commit_retries=None if read_version is None else 0,
+    )
+
+
+def commit_info(
+    spec: TableSpec, version: int, partitions: Iterable[str], adds: list[AddAction], removed: int
+) -> CommitInfo:
+    return CommitInfo(
+        table=spec.name,
+        version=version,
+        partitions=tuple(sorted(partitions)),
+        files_added=len(adds),
+        files_removed=removed,
+        rows_written=sum(json.loads(a.stats)["numRecords"] for a in adds),
+    )
