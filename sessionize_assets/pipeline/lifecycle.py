@@ -94,7 +94,6 @@ def update_lifecycle(
     sessions_version = store.version(SESSIONS)
     report = LifecycleReport(as_of=as_of)
     commit = _IntervalCommit(
-        store=store,
         tags=tags,
         marks=_marks(sessions_version, as_of),
         read_version=state_read,
@@ -132,7 +131,6 @@ def _marks(sessions_version: int | None, as_of: date) -> list[AppTransaction]:
 class _IntervalCommit:
     """How a run commits the intervals: with its bookkeeping marks, against the version read."""
 
-    store: DeltaStore
     tags: dict[str, str]
     marks: list[AppTransaction]
     read_version: int | None
@@ -277,9 +275,9 @@ def _interval_table(rows: list[Interval]) -> pa.Table:
 def _old_intervals(store: DeltaStore, scope: _Scope) -> set[Interval]:
     """The anchored users' intervals that end on or after the day before their anchor.
 
-    A stretch is kept in the partition of its last day, sorted by user in files of a few
-    hundred rows: only the files whose user range holds an anchored user are read, from the
-    day before the earliest anchor on.
+    A stretch is kept in the partition of its last day, sorted by user in files of
+    `LIFECYCLE_STATE_FILE_ROWS` rows: only the files whose user range (from the Delta log) can
+    hold an anchored user are read, from the day before the earliest anchor on.
     """
     by_anchor = sorted(scope.anchors.items(), key=lambda item: (item[1], item[0]))
     wanted: dict[date, list[str]] = {OPEN_END: [user for user, _ in by_anchor]}
