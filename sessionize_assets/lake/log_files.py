@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.parquet_files import read_files
 from sessionize_assets.lake.store import FileChange, PartitionValue, TableSpec, partition_string
 
 
@@ -36,20 +36,18 @@ def read_small_table(
     columns: Sequence[str] | None = None,
 ) -> pa.Table:
     """The rows of a small table at `path` (only `partitions`, when given) with the spec's
-    schema (only `columns`, when given); an empty table when it does not exist yet."""
-    schema = to_arrow_schema(spec.schema)
-    if columns is not None:
-        schema = pa.schema([schema.field(name) for name in columns])
-    wanted = None if partitions is None else sorted({partition_string(p) for p in partitions})
-    if wanted == []:
-        return schema.empty_table()
+    schema (only `columns`, when given); an empty table when it does not exist yet.
+
+    The live files are chosen from the log in Arrow (`file_partitions`): on a table of
+    thousands of files, reading one partition costs that partition, not the table.
+    """
+    wanted = None if partitions is None else {partition_string(p) for p in partitions}
     try:
         table = DeltaTable(str(path))
     except TableNotFoundError:
-        return schema.empty_table()
-    filters = None if wanted is None else [(spec.partition_by, "in", wanted)]
-    data = pa.table(table.to_pyarrow_table(filters=filters, columns=schema.names))
-    return data.select(schema.names).cast(schema)
+        table = None
+    files = [] if table is None or wanted == set() else file_partitions(table, spec, wanted)
+    return read_files(path, spec, [file for file, _ in files], columns)
 
 
 def logged_changes(

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -50,23 +51,27 @@ def stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[st
 
 
 def read_files(
-    root: Path, spec: TableSpec, paths: Iterable[str], columns: Sequence[str]
+    root: Path, spec: TableSpec, paths: Iterable[str], columns: Sequence[str] | None = None
 ) -> pa.Table:
-    """`columns` of the rows of these data files (paths relative to the table's `root`), with
-    the spec's types; the partition column comes from each file's folder."""
+    """The rows of these data files (paths relative to the table's `root`), only `columns`
+    when given, with the spec's types: the partition column comes from each file's folder, and
+    a column a file predates (added by `ensure`) is null. The files are read in parallel."""
     schema = to_arrow_schema(spec.schema)
-    column = spec.partition_by
-    stored = [name for name in columns if name != column]
-    tables = []
-    for path in sorted(set(paths)):
-        folder, _ = unquote(path).split("/", 1)
-        data = pq.read_table(root / unquote(path), columns=stored)
-        value = pa.array([folder.split("=", 1)[1]] * data.num_rows, pa.string())
-        tables.append(data.append_column(column, value.cast(schema.field(column).type)))
-    wanted = pa.schema([schema.field(name) for name in columns])
-    if not tables:
+    names = list(columns) if columns is not None else schema.names
+    wanted = pa.schema([schema.field(name) for name in names])
+    files = [str(root / unquote(path)) for path in sorted(set(paths))]
+    if not files:
         return wanted.empty_table()
-    return pa.concat_tables([t.select(list(columns)).cast(wanted) for t in tables])
+    column = schema.field(spec.partition_by).with_nullable(True)
+    dataset = ds.dataset(
+        files,
+        # Nullable as files are written: the spec's non-null columns are checked by the cast.
+        schema=pa.schema([field.with_nullable(True) for field in schema]),
+        format="parquet",
+        partitioning=ds.partitioning(pa.schema([column]), flavor="hive"),
+        partition_base_dir=str(root),
+    )
+    return dataset.to_table(columns=names).cast(wanted)
 
 
 def file_stats(path: Path) -> dict[str, Any]:

@@ -292,9 +292,12 @@ def _old_intervals(store: DeltaStore, scope: _Scope) -> set[Interval]:
             wanted[day] = list(so_far)
     files = store.files_with_values(USER_LIFECYCLE_STATE, column="user_id", values=wanted)
     rows = store.read_files_arrow(USER_LIFECYCLE_STATE, files, columns=INTERVAL_COLUMNS)
-    found = zip(*(rows.column(name).to_pylist() for name in INTERVAL_COLUMNS), strict=True)
-    anchors = scope.anchors
-    return {row for row in found if row[0] in anchors and row[3] >= anchors[row[0]] - ONE_DAY}
+    # Filtered in Arrow: the files hold other users' rows too.
+    users = [user for user, _ in by_anchor]
+    since = pa.array([anchor - ONE_DAY for _, anchor in by_anchor], pa.date32())
+    rows = rows.join(pa.table({"user_id": users, "_since": since}), keys="user_id")
+    rows = rows.filter(pc.greater_equal(rows["valid_to"], rows["_since"]))
+    return set(zip(*(rows.column(name).to_pylist() for name in INTERVAL_COLUMNS), strict=True))
 
 
 def _session_days(store: DeltaStore, scope: _Scope, old: set[Interval]) -> pa.Table:
