@@ -293,9 +293,11 @@ def _old_intervals(store: DeltaStore, scope: _Scope) -> set[Interval]:
     files = store.files_with_values(USER_LIFECYCLE_STATE, column="user_id", values=wanted)
     rows = store.read_files_arrow(USER_LIFECYCLE_STATE, files, columns=INTERVAL_COLUMNS)
     # Filtered in Arrow: the files hold other users' rows too.
-    users = [user for user, _ in by_anchor]
+    users = pa.array([user for user, _ in by_anchor], pa.string())
     since = pa.array([anchor - ONE_DAY for _, anchor in by_anchor], pa.date32())
-    rows = rows.join(pa.table({"user_id": users, "_since": since}), keys="user_id")
+    rows = rows.join(
+        pa.table({"user_id": users, "_since": since}), keys="user_id", join_type="inner"
+    )
     rows = rows.filter(pc.greater_equal(rows["valid_to"], rows["_since"]))
     return set(zip(*(rows.column(name).to_pylist() for name in INTERVAL_COLUMNS), strict=True))
 
