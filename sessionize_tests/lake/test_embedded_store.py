@@ -507,3 +507,24 @@ def test_bloom_filter_columns_are_written_and_sized_for_their_values(spark, stor
     assert columns["note"]["bloom_filter_offset"] is None
     # 1,000 values at 1% false positives: 2 KiB, not the writer's 1 MiB default.
     assert columns["id"]["bloom_filter_length"] <= 4 * 1024
+
+
+def test_read_arrow_gives_nulls_for_a_column_added_after_a_file(store):
+    narrow = StructType(SCHEMA.fields[:2])
+    old = TableSpec(name="grown", schema=narrow, partition_by="day")
+    grown = TableSpec(
+        name="grown", schema=StructType([*narrow.fields, SCHEMA["n"]]), partition_by="day"
+    )
+    store.replace_partitions_arrow(old, pa.table({"id": ["a"], "day": [D1]}), partitions=[D1])
+    store.ensure(grown)
+    store.replace_partitions_arrow(
+        grown, pa.table({"id": ["b"], "day": [D2], "n": [5]}), partitions=[D2]
+    )
+
+    assert store.read_arrow(grown).sort_by("id").to_pylist() == [
+        {"id": "a", "day": D1, "n": None},
+        {"id": "b", "day": D2, "n": 5},
+    ]
+    assert store.read_arrow(grown, partitions=[D1], columns=["n", "id"]).to_pylist() == [
+        {"n": None, "id": "a"}
+    ]
