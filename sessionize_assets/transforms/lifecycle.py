@@ -76,6 +76,7 @@ _EPOCH = date(1970, 1, 1)
 _OPEN_END_DAY = (OPEN_END - _EPOCH).days
 # The idle states that follow a user's last session, each from its idle day (SPEC §4).
 _IDLE = ((INACTIVE_AFTER, "inactive"), (DORMANT_AFTER, "dormant"), (CHURNED_AFTER, "churned"))
+_IDLE_AFTER = {state: after for after, state in _IDLE}
 
 
 def _day_numbers(values: pa.ChunkedArray | pa.Array) -> list[int]:
@@ -173,7 +174,7 @@ def _last_session_day(*, state: str, since: int, day: int) -> int:
     """`last_session_on` for one stretch, on day numbers."""
     if state in ("new", "active"):
         return day
-    return since - dict((s, after) for after, s in _IDLE)[state]
+    return since - _IDLE_AFTER[state]
 
 
 def snapshot_moves(signed: pa.Table) -> dict[tuple[date, str], tuple[int, int]]:
