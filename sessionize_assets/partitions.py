@@ -147,16 +147,32 @@ def days_between(first: date, last: date) -> list[date]:
 
 
 def lifecycle_range(
-    *, changed: Iterable[date], through: date | None, latest: date | None, start: date
+    *,
+    changed: Iterable[date],
+    through: date | None,
+    latest: date | None,
+    start: date,
+    failed_from: date | None = None,
 ) -> tuple[date, date] | None:
-    """Snapshot dates to (re)compute, or None: one range, since each day needs the day before.
+    """The snapshot dates a lifecycle run is asked for, or None: nothing to do.
 
-    It starts at the earliest session date that changed or the first date not computed yet,
-    whichever is earlier, and ends at the latest received day (the snapshot's last date).
+    A lifecycle run brings the whole snapshot up to date whatever range it is given (the lake's
+    own bookkeeping says what is stale) and reports every day it rewrote, each with its own
+    figures. So the range says which partitions must be reported besides those, not which
+    days are corrected. It ends at the latest received day (the snapshot's last date) and
+    starts at the earliest of
+    - the first date no run has computed yet (from `start` when none has);
+    - `failed_from`, the first day of a failed run: its partitions are reported again;
+    - the latest received day, when sessions `changed` on a day up to it. A late change on day
+      X rewrites the snapshot days from X whose counts move, which the run reports; asking for
+      X..latest would report (and have Dagster record) every day of that stretch, most of them
+      unchanged.
     """
     if latest is None:
         return None
-    candidates = [day for day in changed if day <= latest]
+    candidates = [latest] if any(day <= latest for day in changed) else []
+    if failed_from is not None and failed_from <= latest:
+        candidates.append(failed_from)
     first_missing = start if through is None else through + ONE_DAY
     if first_missing <= latest:
         candidates.append(first_missing)

@@ -70,7 +70,10 @@ def rebuild(
     if span is None:
         echo("the lifecycle snapshot needs no correction")
         return True
-    echo(f"correcting the lifecycle snapshot for {span[0]}..{span[1]}")
+    echo(
+        f"correcting the lifecycle snapshot from {min(changed, default=span[0])} "
+        f"(a run over {span[0]}..{span[1]}, reporting every day it rewrites)"
+    )
     lifecycle = defs.resolve_job_def(LIFECYCLE_JOB).execute_in_process(
         instance=instance,
         run_config=QUIET,

@@ -5,10 +5,10 @@ The batches are those the landing sensor would ingest (see `pipeline/landing.py`
 one run ingests it; the late-data sensor (evaluated as the daemon would) asks for range runs
 over the event dates the batch touched; the declarative automation conditions (evaluated as
 the daemon would) then request the sessions those dates decide, run as ranges; the lifecycle
-sensor finally asks for one snapshot range run from the earliest changed session date through
-the batch's day. Range runs skip partitions with nothing new, so a batch costs four runs
-unless its late events span more than `max_partitions_per_run` days. Runs go into the given
-Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
+sensor finally asks for one snapshot run through the batch's day, which corrects every day from
+the earliest changed session date on. Range runs skip partitions with nothing new, so a batch
+costs four runs unless its late events span more than `max_partitions_per_run` days. Runs go
+into the given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
 """
 
 from __future__ import annotations

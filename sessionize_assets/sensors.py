@@ -8,8 +8,9 @@
 - stale_sessions_sensor: session dates whose window holds events newer than what they
   absorbed -> sessions range runs, for what automation does not ask for again (a failed or
   dead run's dates); automation requests sessions first.
-- lifecycle_sensor: changed session dates -> one snapshot range run from the earliest of
-  them through the latest received day (automation would cascade one day per tick).
+- lifecycle_sensor: changed session dates, or new received days -> one snapshot run through
+  the latest received day, which corrects every stale day in one go (automation would cascade
+  one day per tick) and reports each day it rewrote.
 """
 
 from __future__ import annotations
@@ -106,22 +107,27 @@ def lifecycle_catch_up(settings: Settings, instance: DagsterInstance) -> tuple[d
 
 
 def _lifecycle_span(
-    settings: Settings, instance: DagsterInstance, *, changed: set[date], behind: bool
+    settings: Settings,
+    instance: DagsterInstance,
+    *,
+    changed: set[date],
+    behind: bool,
+    failed_from: date | None = None,
 ) -> tuple[date, date] | None:
-    """From the earliest changed session date or the first snapshot day not computed yet
-    through the latest received day; that day alone when only the intervals are `behind`
-    `sessions` (a run died after the sessions commit). None: up to date. A lifecycle run
-    corrects whatever is stale, whichever range it is given."""
+    """`lifecycle_range` on the instance's partitions: the snapshot days no run has computed
+    yet, a failed run's days, and the latest received day when sessions `changed` or the
+    intervals are `behind` `sessions` (a run died after the sessions commit). None: up to
+    date. A lifecycle run corrects whatever is stale, whichever range it is given."""
     latest = _latest_day(instance, RAW_EVENTS_KEY)
-    span = lifecycle_range(
+    if behind and latest is not None:
+        changed = {*changed, latest}
+    return lifecycle_range(
         changed=changed,
         through=_latest_day(instance, SNAPSHOT_KEY),
         latest=latest,
         start=settings.start_date,
+        failed_from=failed_from,
     )
-    if span is None and behind and latest is not None:
-        span = (latest, latest)
-    return span
 
 
 def stale_session_dates(settings: Settings, *, session_days: PartitionsDefinition) -> list[date]:
@@ -420,8 +426,9 @@ def build_lifecycle_sensor(
         minimum_interval_seconds=15,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            "When sessions change on day X, corrects the user lifecycle snapshot for X through "
-            "the latest received day in one range run; also extends it to each new day."
+            "When sessions change on day X, corrects the user lifecycle snapshot from X through "
+            "the latest received day in one run, which reports each day it rewrote; also "
+            "extends it to each new day."
         ),
     )
     def lifecycle_sensor(context: SensorEvaluationContext):
@@ -452,11 +459,9 @@ def build_lifecycle_sensor(
                 elif not _dates(materialization, "touched_event_dates"):
                     # A batch that touched no event date starts no sessions run: advance here.
                     triggered = True
-        # The days of a failed or canceled run are still stale: start the next range there too.
+        # A failed or canceled run left its days stale: the next range reports them again.
         failed_from = _failed_start(context, lifecycle_job_name)
-        if failed_from is not None:
-            changed.add(failed_from)
-            triggered = True
+        triggered = triggered or failed_from is not None
         # And whatever any run did: sessions newer than what the intervals absorbed (a run that
         # died after the sessions commit reported nothing) ask for a run too.
         behind = _lifecycle_behind(settings)
@@ -464,7 +469,11 @@ def build_lifecycle_sensor(
         if not triggered:
             return SensorResult(skip_reason="no new sessions", cursor=json.dumps(new_cursor))
         span = _lifecycle_span(
-            settings, context.instance, changed=changed, behind=behind is not None
+            settings,
+            context.instance,
+            changed=changed,
+            behind=behind is not None,
+            failed_from=failed_from,
         )
         if span is None:
             return SensorResult(
@@ -478,7 +487,8 @@ def build_lifecycle_sensor(
         if isinstance(request, str):
             return SensorResult(skip_reason=request, cursor=json.dumps(new_cursor))
         context.log.info(
-            f"sessions changed on {sorted(map(str, changed))}: snapshot {first}..{last}"
+            f"sessions changed on {sorted(map(str, changed))}: a snapshot run over "
+            f"{first}..{last} corrects and reports every day that changes"
         )
         return SensorResult(run_requests=[request], cursor=json.dumps(new_cursor))
 

@@ -21,10 +21,12 @@ from dagster import (
 )
 from deltalake import DeltaTable
 
+from sessionize_assets.assets.metadata import is_flagged
 from sessionize_assets.definitions import LIFECYCLE_JOB
 from sessionize_assets.generator import append_day, generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import EVENTS, REJECTED_EVENTS, SESSION_QUARANTINE, SESSIONS
+from sessionize_assets.partitions import PARTITION_TAG, RANGE_END, RANGE_START, days_between
 from sessionize_assets.replay import replay
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.reference import reference_sessions, reference_validate
@@ -203,6 +205,32 @@ def test_lifecycle_checks_run_and_pass_in_every_lifecycle_run(replayed):
             ("snapshot_balances", True),
             ("snapshot_matches_intervals", True),
         }
+
+
+def test_lifecycle_runs_report_the_days_asked_and_each_day_they_rewrote(replayed):
+    """A run is asked for the days not computed yet (or the latest): it reports those, and every
+    earlier day a late session made it rewrite, flagged `rewritten`; nothing else."""
+    *_, instance = replayed
+    corrected_before_asked = 0
+    for run in instance.get_runs(RunsFilter(job_name=LIFECYCLE_JOB)):
+        # One day is a single-partition run, more a range run.
+        one = run.tags.get(PARTITION_TAG)
+        first = date.fromisoformat(one or run.tags[RANGE_START])
+        last = date.fromisoformat(one or run.tags[RANGE_END])
+        asked = {str(day) for day in days_between(first, last)}
+        reported = {
+            entry.asset_materialization.partition: is_flagged(
+                entry.asset_materialization, "rewritten"
+            )
+            for entry in instance.all_logs(
+                run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+            )
+            if entry.asset_materialization.asset_key == AssetKey("user_lifecycle_snapshot")
+        }
+        assert asked <= set(reported), run.run_id
+        assert all(reported[day] for day in set(reported) - asked), run.run_id
+        corrected_before_asked += sum(1 for day in reported if day < str(first))
+    assert corrected_before_asked > 0  # late sessions corrected earlier days
 
 
 def test_rebuild_from_raw_changes_nothing(replayed, spark):

@@ -179,7 +179,7 @@ def _report(instance, asset: str, partition: str, **metadata) -> None:
     )
 
 
-def test_lifecycle_sensor_corrects_from_the_earliest_changed_day_through_the_latest_batch(
+def test_lifecycle_sensor_asks_for_the_days_not_computed_and_the_latest_when_sessions_change(
     settings,
 ):
     defs = build_definitions(settings, spark_ui=False)
@@ -203,9 +203,11 @@ def test_lifecycle_sensor_corrects_from_the_earliest_changed_day_through_the_lat
         assert "a sessions run is going" in waiting.skip_message
         instance.delete_run(going.run_id)
 
+        # The run corrects the 2nd on (and reports the days it rewrites): the range it asks for
+        # is the day not computed yet, which is also the latest.
         result = sensor(build_sensor_context(instance=instance, definitions=defs))
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
-            ("2026-01-02", "2026-01-05")
+            ("2026-01-05", "2026-01-05")
         ]
         cursor = result.cursor
         again = sensor(build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
@@ -217,25 +219,43 @@ def test_lifecycle_sensor_corrects_from_the_earliest_changed_day_through_the_lat
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
             ("2026-01-05", "2026-01-06")
         ]
+        cursor = result.cursor
+
+        # Every day computed: a late change on the 3rd asks for the latest day alone.
+        for day in ("2026-01-05", "2026-01-06"):
+            _report(instance, "user_lifecycle_snapshot", day)
+        _report(instance, "sessions", "2026-01-03", changed=True)
+        result = sensor(build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
+        assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
+            ("2026-01-06", "2026-01-06")
+        ]
 
 
 @pytest.mark.parametrize(
-    ("changed", "through", "latest", "expected"),
+    ("changed", "through", "latest", "failed_from", "expected"),
     [
-        ([], None, None, None),  # nothing ingested yet
-        ([], None, 3, (1, 3)),  # first run: from the start date
-        ([], 3, 3, None),  # up to date
-        ([], 3, 5, (4, 5)),  # new days only
-        ([2, 9], 5, 5, (2, 5)),  # a late change, and one past the latest batch (ignored)
-        ([2], 3, 5, (2, 5)),  # the late change comes before the missing days
+        ([], None, None, None, None),  # nothing ingested yet
+        ([], None, 3, None, (1, 3)),  # first run: from the start date
+        ([], 3, 3, None, None),  # up to date
+        ([], 3, 5, None, (4, 5)),  # new days only
+        ([9], 5, 5, None, None),  # a change past the latest batch waits for that batch
+        # A late change: the run corrects from the 2nd and reports what it rewrote.
+        ([2, 9], 5, 5, None, (5, 5)),
+        ([2], 3, 5, None, (4, 5)),  # ... with the days not computed yet
+        ([], 5, 5, 3, (3, 5)),  # a failed run's days are reported again
+        ([2], 3, 5, 1, (1, 5)),
     ],
 )
-def test_lifecycle_range(changed, through, latest, expected):
+def test_lifecycle_range(changed, through, latest, failed_from, expected):
     def day(n):
         return None if n is None else date(2026, 1, n)
 
     got = lifecycle_range(
-        changed=[day(n) for n in changed], through=day(through), latest=day(latest), start=day(1)
+        changed=[day(n) for n in changed],
+        through=day(through),
+        latest=day(latest),
+        start=day(1),
+        failed_from=day(failed_from),
     )
     assert got == (None if expected is None else (day(expected[0]), day(expected[1])))
 

@@ -112,12 +112,13 @@ def build_lifecycle_assets(
         )
         # Every day the run was asked for, and every day it rewrote, is reported with its
         # figures as they are in the table now (a day it did not need to change included, so a
-        # backfill sees each of its partitions materialized); the trend reaches further back.
+        # backfill sees each of its partitions materialized). A day it neither was asked for
+        # nor rewrote keeps its materialization, whose figures are still the day's content.
         asked = {date.fromisoformat(key) for key in context.partition_keys}
         days = sorted(asked | set(report.days))
-        # Five rows a day: read whole once, for the days' figures, their trend and the checks.
+        # Five rows a day: read whole once, for the days' figures, the trend and the checks.
         snapshot = store.read_arrow(USER_LIFECYCLE_SNAPSHOT)
-        since = days[0] - timedelta(days=TREND_DAYS)
+        since = min(days[0], days[-1] - timedelta(days=TREND_DAYS))
         counts = {
             (r["snapshot_date"], r["state"]): (r["users"], r["entered"], r["exited"])
             for r in snapshot.to_pylist()
@@ -126,6 +127,7 @@ def build_lifecycle_assets(
         history = {key: users for key, (users, _, _) in counts.items()}
         rewritten = set(report.days)
         for day in days:
+            last = day == days[-1]
             figures = {state: counts.get((day, state), (0, 0, 0)) for state in STATES}
             on_hand = sum(users for users, _, _ in figures.values())
             # One materialization per day, with that day's own figures: the Plots tab then
@@ -142,8 +144,11 @@ def build_lifecycle_assets(
                     "dagster/row_count": sum(1 for state in STATES if (day, state) in counts),
                     "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_SNAPSHOT)),
                     "delta_version": report.snapshot_version or 0,
+                    # The trend shows other days, which a later run can rewrite without
+                    # reporting this one again: only the last day reported carries it.
                     "summary": MetadataValue.md(
-                        _day_markdown(day, figures) + "\n\n" + _trend_markdown(history, day)
+                        _day_markdown(day, figures)
+                        + ("\n\n" + _trend_markdown(history, day) if last else "")
                     ),
                 },
             )
@@ -156,7 +161,7 @@ def build_lifecycle_assets(
                     "rewritten": day in rewritten,
                     "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
                     "delta_version": report.state_version or 0,
-                    **(run_figures(_run_figures(report)) if day == days[-1] else {}),
+                    **(run_figures(_run_figures(report)) if last else {}),
                 },
             )
         yield from _checks(snapshot, store, report)
