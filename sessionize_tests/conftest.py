@@ -17,17 +17,20 @@ from sessionize_assets.settings import Settings
 
 TEST_START = date(2026, 1, 1)
 # The tests' data is a few hundred rows, and each test process lives a few minutes: compiling
-# is most of the work. Expressions are interpreted, not compiled to Java (Spark's own suites
-# run both ways), and the driver JVM stops at the C1 compiler: C2 spends most of a core on
-# code that never runs long. Results do not depend on either; the Spark cluster test runs
-# with the production settings and compares with these.
+# and scheduling are most of the work. Expressions are interpreted, not compiled to Java
+# (Spark's own suites run both ways), and the driver JVM stops at the C1 compiler: C2 spends
+# most of a core on code that never runs long. Adaptive execution is off: on a few hundred
+# rows it only adds a planning round and a job per shuffle stage. The serial collector spares
+# the other test process the concurrent GC threads. Results depend on none of these; the Spark
+# cluster test runs with the production settings and compares with these.
 TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
+    "spark.sql.adaptive.enabled": "false",
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.driver.extraJavaOptions": DEFAULT_CONF["spark.driver.extraJavaOptions"]
-    + " -XX:TieredStopAtLevel=1",
+    + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 
