@@ -58,7 +58,7 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
-from sessionize_assets.replay import QUIET, REPLAY_BATCH_TAG, BatchDriver
+from sessionize_assets.replay import JOB_REPORTERS, QUIET, REPLAY_BATCH_TAG, BatchDriver
 from sessionize_assets.settings import Settings
 
 START = date(2026, 1, 1)
@@ -308,6 +308,22 @@ def report(
         )
     )
     print()
+    print("(c2) Spark jobs the batch's runs started, per step (each action is one)")
+    print(
+        _table(
+            ["shape", "history", "ingest", "events", "sessions", "snapshot", "i+e+s"],
+            [
+                [
+                    f.shape,
+                    str(f.history),
+                    *(str(f.value(asset, "run_spark_jobs")) for asset in JOB_REPORTERS),
+                    str(sum(f.value(asset, "run_spark_jobs") for asset in JOB_REPORTERS[:3])),
+                ]
+                for f in figures
+            ],
+        )
+    )
+    print()
     print("(d) rows read and written by the batch, per table")
     rows = []
     for f in figures:
@@ -323,8 +339,8 @@ def report(
                 str(f.history),
                 f"{f.value('raw_events', 'accepted'):,}",
                 f"{f.value('events', 'run_raw_rows_read'):,}",
-                _looked_up(f, "events", "run_ids_looked_up", "run_dates_searched_by_id"),
-                f"{f.value('events', 'run_events_rows_scanned'):,}",
+                f"{f.value('events', 'run_contested_ids'):,}",
+                f"{f.value('events', 'run_dates_also_changed')}",
                 f"{new_events:,}",
                 f"{f.value('events', 'run_rows_written'):,}",
                 f"{f.value('events', 'run_files_removed')}",
@@ -346,8 +362,8 @@ def report(
                 "history",
                 "batch events",
                 "raw read",
-                "ids looked up",
-                "events rows scanned",
+                "contested ids",
+                "other dates changed",
                 "new events",
                 "events written",
                 "events files rewr.",

@@ -20,7 +20,7 @@ from sessionize_assets.definitions import (
 )
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
 from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
-from sessionize_assets.replay import QUIET, flagged_partitions
+from sessionize_assets.replay import QUIET, failed_checks, flagged_partitions, run_succeeded
 from sessionize_assets.sensors import SNAPSHOT_KEY
 from sessionize_assets.settings import Settings
 
@@ -49,8 +49,9 @@ def rebuild(
         raise_on_error=False,
         tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
     )
-    if not result.success:
-        echo(f"rebuild run {result.run_id} failed: see it in the Dagster UI")
+    if not run_succeeded(result):
+        why = failed_checks(result) if result.success else "see it in the Dagster UI"
+        echo(f"rebuild run {result.run_id} failed: {why}")
         return False
 
     echo(
@@ -80,4 +81,8 @@ def rebuild(
         raise_on_error=False,
         tags={RANGE_START: span[0].isoformat(), RANGE_END: span[1].isoformat()},
     )
-    return lifecycle.success
+    if not run_succeeded(lifecycle):
+        why = failed_checks(lifecycle) if lifecycle.success else "see it in the Dagster UI"
+        echo(f"lifecycle run {lifecycle.run_id} failed: {why}")
+        return False
+    return True

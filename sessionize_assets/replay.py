@@ -59,6 +59,8 @@ from sessionize_assets.settings import Settings
 REPLAY_BATCH_TAG = "sessionize/replay_batch"
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
 _MAX_AUTOMATION_ROUNDS = 5
+# The asset of each step whose materializations carry the step's `run_spark_jobs`.
+JOB_REPORTERS = ("raw_events", "events", "sessions", "user_lifecycle_state")
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -80,6 +82,7 @@ class BatchOutcome:
     users_recomputed: int = 0
     pairs_recomputed: int = 0
     lifecycle_days: int = 0
+    spark_jobs: int = 0  # over the batch's runs (each asset step reports its own)
     seconds: float = 0.0
 
 
@@ -206,7 +209,8 @@ def _replay(
         summary.batches.append(outcome)
         echo(
             f"{prefix} {'ok' if outcome.succeeded else 'FAILED'} in {outcome.seconds:.1f}s, "
-            f"runs={outcome.runs}, lines={outcome.lines} (accepted {outcome.accepted}, "
+            f"runs={outcome.runs}, spark jobs={outcome.spark_jobs}, "
+            f"lines={outcome.lines} (accepted {outcome.accepted}, "
             f"rejected {outcome.rejected}, late {outcome.late_events}); "
             f"event dates updated {outcome.event_dates_updated}, session dates updated "
             f"{outcome.session_dates_updated}, (user, day) pairs recomputed "
@@ -323,7 +327,7 @@ class BatchDriver:
             job: JobDefinition, first: str, last: str, extra: Mapping[str, str] | None = None
         ) -> bool:
             runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
-            return runs[-1].success
+            return run_succeeded(runs[-1])
 
         ok, raw = True, {}
         if received is not None:
@@ -368,13 +372,15 @@ class BatchDriver:
             lifecycle_ranges = [request.tags for request in self.lifecycle_sensor.tick()]
         for range_tags in lifecycle_ranges if ok else []:
             ok = run(self.lifecycle, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
-        failed = next((r for r in runs if not r.success), None)
+        failed = next((r for r in runs if not run_succeeded(r)), None)
         return BatchOutcome(
             received_date=received,
             runs=len(runs),
             succeeded=ok,
             failed_job=failed.job_def.name if failed else None,
-            error=_first_error(failed) if failed else None,
+            error=(_first_error(failed) if not failed.success else failed_checks(failed))
+            if failed
+            else None,
             lines=int(raw.get("lines", 0)),
             accepted=int(raw.get("accepted", 0)),
             rejected=int(raw.get("rejected", 0)),
@@ -387,6 +393,9 @@ class BatchDriver:
             pairs_recomputed=sum(run_figure(r, "sessions", "pairs_recomputed") for r in runs),
             lifecycle_days=sum(
                 len(flagged_partitions(r, SNAPSHOT_KEY.path[-1], "rewritten")) for r in runs
+            ),
+            spark_jobs=sum(
+                run_figure(r, asset, "spark_jobs") for r in runs for asset in JOB_REPORTERS
             ),
             seconds=time.monotonic() - started,
         )
@@ -418,6 +427,23 @@ def _run(
         run_config=QUIET,
         tags={**tags, RANGE_START: first, RANGE_END: last},
     )
+
+
+def run_succeeded(result: ExecuteInProcessResult) -> bool:
+    """The run succeeded and so did every asset check it ran: a check of the SPEC's
+    invariants that fails leaves the tables wrong, whatever the run's own status says."""
+    return result.success and not failed_checks(result)
+
+
+def failed_checks(result: ExecuteInProcessResult) -> str:
+    """The checks of the run that failed, with their violations ('' when none did)."""
+    failed = [
+        f"check {e.asset_key.to_user_string()}:{e.check_name} failed "
+        f"({e.metadata['violations'].value if 'violations' in e.metadata else '?'} violations)"
+        for e in result.get_asset_check_evaluations()
+        if not e.passed
+    ]
+    return "; ".join(sorted(failed))
 
 
 def _first_error(result: ExecuteInProcessResult) -> str:

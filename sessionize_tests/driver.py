@@ -43,7 +43,7 @@ def process_batch(
     sessions = update_sessions(
         store,
         spark,
-        session_dates=session_dates_for(events.updated, settings),
+        session_dates=session_dates_for([*events.updated, *events.also_changed], settings),
         settings=settings,
         run_id=run_id,
     )

@@ -306,3 +306,67 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, setti
     assert failed(harmless, unlist_bot) == {"quarantine_matches_flag"}
     harmless = add(SESSIONS, sessions(row("v3", "v", far, (12, 0), 1)))
     assert failed(harmless, add(EVENTS, events("a"))) == {"unique_event_ids"}
+
+
+def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
+    spark, settings, store
+):
+    """The ids a run added are looked up on every date the id index has a copy of them on:
+    an id already in `events` on another date fails the run's check."""
+    from dagster import instance_for_test
+
+    from sessionize_assets.lake.tables import EVENT_IDS, EVENTS
+    from sessionize_assets.partitions import RANGE_END, RANGE_START
+
+    first, later = D, D + timedelta(days=3)
+
+    def events(event_id, day):
+        at = datetime(day.year, day.month, day.day, 12)
+        row = {"event_id": event_id, "user_id": "u", "event_ts": at, "event_date": day,
+               "received_at": at, "received_date": day, "source_file": "f"}  # fmt: skip
+        return spark.createDataFrame([row], EVENTS.schema)
+
+    # "a" was accepted on `first`; its copy stamped on `later` is in another batch.
+    index = spark.createDataFrame(
+        [(event_id, day, day) for event_id, day in (("a", first), ("a", later), ("b", later))],
+        "event_id string, event_date date, received_date date",
+    ).select(F.xxhash64("event_id").alias("id_hash"), "*")
+    store.replace_partitions(EVENT_IDS, index, partitions=[first, later])
+    store.replace_partitions(EVENTS, events("a", first), partitions=[first])
+    job = checks_job(settings, {"unique_event_ids": "events"})
+
+    def passed_after(event_id: str) -> bool:
+        run_id = str(uuid.uuid4())
+        store.rewrite(
+            EVENTS, add=lambda: events(event_id, later), commit_metadata={"dagster_run_id": run_id}
+        )
+        span = {RANGE_START: later.isoformat(), RANGE_END: later.isoformat()}
+        with instance_for_test() as instance:
+            result = job.execute_in_process(
+                instance=instance, raise_on_error=False, tags=span, run_id=run_id
+            )
+        (evaluation,) = result.get_asset_check_evaluations()
+        return evaluation.passed
+
+    assert passed_after("b")
+    assert not passed_after("a")  # the run wrote `later` only; the other copy is on `first`
+
+
+def test_a_failed_check_fails_the_run_for_replay(spark, settings, store):
+    """Dagster reports a run whose asset check failed as a success; replay does not."""
+    from dagster import instance_for_test
+
+    from sessionize_assets.lake.tables import EVENTS
+    from sessionize_assets.replay import failed_checks, run_succeeded
+
+    at = datetime(2026, 1, 5, 12)
+    row = {"event_id": "a", "user_id": "u", "event_ts": at, "event_date": D,
+           "received_at": at, "received_date": D, "source_file": "f"}  # fmt: skip
+    store.replace_partitions(
+        EVENTS, spark.createDataFrame([row, row], EVENTS.schema), partitions=[D]
+    )
+    job = checks_job(settings, {"unique_event_ids": "events"})
+    with instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+    assert result.success and not run_succeeded(result)
+    assert failed_checks(result) == "check events:unique_event_ids failed (1 violations)"

@@ -20,6 +20,7 @@ from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_fi
 from sessionize_assets.lake.tables import EVENTS
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import counting_jobs
 
 
 def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinition:
@@ -45,13 +46,17 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
         store = lake.store()
         dates = [date.fromisoformat(key) for key in context.partition_keys]
         before = store.row_counts(EVENTS, partitions=dates)
-        report = update_events(
-            store,
-            lake.spark.session(),
-            event_dates=dates,
-            run_id=context.run.run_id,
-            full_refresh=config.full_refresh,
-        )
+        asked = set(dates)
+        spark = lake.spark.session()
+        with counting_jobs(spark, "events") as spark_jobs:
+            report = update_events(
+                store,
+                spark,
+                event_dates=dates,
+                run_id=context.run.run_id,
+                full_refresh=config.full_refresh,
+            )
+        jobs = spark_jobs()
         context.log.info(
             f"events: {len(report.updated)} of {len(dates)} dates had new input "
             f"({len(report.recomputed)} recomputed), {report.raw_rows_read} raw rows read"
@@ -62,13 +67,24 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
         yield MaterializeResult(
             asset_key=EVENTS.name, metadata={"dagster/uri": MetadataValue.path(store.uri(EVENTS))}
         )
-        # Then every date asked for (a backfill counts on it), each with its own figures as
-        # the table holds them now; `updated` says whether this run changed it.
-        after = store.row_counts(EVENTS, partitions=dates)
-        for day in dates:
+        # Then every date asked for (a backfill counts on it), and every other date whose rows
+        # moved because a copy of one of its ids was settled here (displaced or promoted),
+        # each with its own figures as the table holds them now.
+        reported = sorted({*dates, *report.also_changed})
+        after = store.row_counts(EVENTS, partitions=reported)
+        for day in reported:
             key = day.isoformat()
             rows = after.get(key, 0)
-            added = rows - before.get(key, 0)
+            requested = day in asked
+            if day in report.updated:
+                what = (
+                    f" ({rows - before.get(key, 0):+d} in this run, from "
+                    f"{report.absorbed_by_date.get(day, 0)} new batch inputs)"
+                )
+            elif requested:
+                what = " (nothing new in this run)"
+            else:
+                what = " (a copy of one of its ids moved to or from another date in this run)"
             yield AssetMaterialization(
                 asset_key=EVENTS.name,
                 partition=key,
@@ -77,39 +93,43 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                     "dagster/uri": MetadataValue.path(store.uri(EVENTS)),
                     "updated": day in report.updated,
                     "recomputed": day in report.recomputed,
-                    "events_added": added,
+                    "copies_moved": day in report.also_changed,
+                    **({"events_added": rows - before.get(key, 0)} if requested else {}),
                     "batches": report.batches_by_date.get(day, 0),
                     "batches_absorbed": report.absorbed_by_date.get(day, 0),
                     "delta_version": version,
                     "summary": MetadataValue.md(
                         f"**{key}**: {rows} events"
+                        + what
                         + (
-                            f" ({added:+d} in this run, from "
-                            f"{report.absorbed_by_date.get(day, 0)} new batch inputs)"
-                            if day in report.updated
-                            else " (nothing new in this run)"
+                            f"; {report.batches_by_date[day]} batches hold events of it."
+                            if requested
+                            else "."
                         )
-                        + f"; {report.batches_by_date.get(day, 0)} batches hold events of it."
                     ),
-                    **(run_figures(_run_figures(report)) if day == dates[-1] else {}),
+                    **(
+                        run_figures({**_run_figures(report), "spark_jobs": jobs})
+                        if day == reported[-1]
+                        else {}
+                    ),
                 },
             )
 
     return events
 
 
-def _run_figures(report: EventsReport) -> dict[str, int]:
+def _run_figures(report: EventsReport) -> dict[str, int | None]:
     """What the whole run read and wrote (its dates together)."""
     return {
         "dates_requested": len(report.requested),
         "dates_updated": len(report.updated),
         "batches_read": report.batches_read,
         "raw_rows_read": report.raw_rows_read,
-        "dates_searched_by_id": report.dates_searched_by_id,
-        "ids_looked_up": report.ids_looked_up,
-        "events_rows_scanned": report.events_rows_scanned,
+        "dates_also_changed": len(report.also_changed),
+        "contested_ids": report.contested_ids,
         "new_events": report.new_events,
         "displaced": report.displaced,
+        "promoted": report.promoted,
         "duplicates_found": report.duplicates,
         "rows_written": report.rows_written,
         "files_added": report.files_added,

@@ -17,7 +17,12 @@ from dagster import (
     multi_asset,
 )
 
-from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, markdown_table
+from sessionize_assets.assets.metadata import (
+    LAKE_POOL,
+    lake_asset_spec,
+    markdown_table,
+    run_figures,
+)
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import LANDING_BATCHES, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.ingest import BatchIngested, ingest_batches
@@ -28,6 +33,7 @@ from sessionize_assets.resources.landing import (
     LandingZoneResource,
     unreadable_file,
 )
+from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
 
 LATENESS_BUCKETS = (("same day", 0, 0), ("1 day", 1, 1), ("2-7 days", 2, 7), ("8-30 days", 8, 30))
@@ -89,14 +95,17 @@ def build_ingest_assets(
                 context.log.warning(f"batch {day}: not batch files, ignored: {names}")
         # Taken before the lines are read: a file replaced meanwhile shows as changed again.
         fingerprints = {day: fingerprint(day, files[day]) for day in days}
+        spark = lake.spark.session()
         try:
-            result = ingest_batches(
-                store,
-                landing.read_lines(lake.spark.session(), days),
-                fingerprints=fingerprints,
-                settings=settings,
-                run_id=context.run.run_id,
-            )
+            with counting_jobs(spark, "ingest") as spark_jobs:
+                result = ingest_batches(
+                    store,
+                    landing.read_lines(spark, days),
+                    fingerprints=fingerprints,
+                    settings=settings,
+                    run_id=context.run.run_id,
+                )
+            jobs = spark_jobs()
         except Exception as error:  # Spark's read errors reach Python as Py4J errors
             path = unreadable_file(error)
             if path is None:
@@ -133,6 +142,7 @@ def build_ingest_assets(
                     "touched_event_dates": MetadataValue.json(
                         [d.isoformat() for d in batch.touched_event_dates]
                     ),
+                    **(run_figures({"spark_jobs": jobs}) if day == days[-1] else {}),
                 },
             )
             yield AssetMaterialization(

@@ -28,6 +28,7 @@ from sessionize_assets.lake.tables import USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCL
 from sessionize_assets.partitions import previous_day_mapping
 from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import OPEN_END, STATES
 
@@ -92,13 +93,16 @@ def build_lifecycle_assets(
         """Restate the users whose sessions changed and move the snapshot days that change."""
         store = lake.store()
         through = date.fromisoformat(context.partition_keys[-1])
-        report = update_lifecycle(
-            store,
-            lake.spark.session(),
-            through=through,
-            settings=settings,
-            run_id=context.run.run_id,
-        )
+        spark = lake.spark.session()
+        with counting_jobs(spark, "lifecycle") as spark_jobs:
+            report = update_lifecycle(
+                store,
+                spark,
+                through=through,
+                settings=settings,
+                run_id=context.run.run_id,
+            )
+        jobs = spark_jobs()
         context.log.info(
             f"lifecycle through {report.as_of}: {report.users_restated} users restated"
             f"{' from the start' if report.restated_from_start else ''}, "
@@ -161,7 +165,7 @@ def build_lifecycle_assets(
                     "rewritten": day in rewritten,
                     "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
                     "delta_version": report.state_version or 0,
-                    **(run_figures(_run_figures(report)) if last else {}),
+                    **(run_figures({**_run_figures(report), "spark_jobs": jobs}) if last else {}),
                 },
             )
         yield from _checks(snapshot, store, report)

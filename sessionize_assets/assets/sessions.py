@@ -28,6 +28,7 @@ from sessionize_assets.pipeline.sessions import (
     update_sessions,
 )
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
 
 NO_CHANGE = DateChanges(inserted=0, replaced=0, removed=0, users=0)
@@ -69,14 +70,17 @@ def build_sessions_assets(
         """Recompute the sessions of users whose events changed, and log the corrections."""
         store = lake.store()
         dates = [date.fromisoformat(key) for key in context.partition_keys]
-        report = update_sessions(
-            store,
-            lake.spark.session(),
-            session_dates=dates,
-            settings=settings,
-            run_id=context.run.run_id,
-            full_refresh=config.full_refresh,
-        )
+        spark = lake.spark.session()
+        with counting_jobs(spark, "sessions") as spark_jobs:
+            report = update_sessions(
+                store,
+                spark,
+                session_dates=dates,
+                settings=settings,
+                run_id=context.run.run_id,
+                full_refresh=config.full_refresh,
+            )
+        jobs = spark_jobs()
         context.log.info(
             f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
             f"({len(report.recomputed)} recomputed for every user); the sessions of "
@@ -107,7 +111,11 @@ def build_sessions_assets(
                     "summary": MetadataValue.md(
                         _day_summary(key, rows[SESSIONS].get(key, 0), change)
                     ),
-                    **(run_figures(_run_figures(report)) if day == dates[-1] else {}),
+                    **(
+                        run_figures({**_run_figures(report), "spark_jobs": jobs})
+                        if day == dates[-1]
+                        else {}
+                    ),
                 },
                 SESSION_QUARANTINE: {},
                 # A replaced session is logged twice: removed, then added.

@@ -44,6 +44,7 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
 )
 from sessionize_assets.partitions import days_around
+from sessionize_assets.pipeline.event_ids import copies_of
 from sessionize_assets.pipeline.keyed_reads import read_by_keys
 from sessionize_assets.pipeline.manifests import batch_inputs
 from sessionize_assets.resources.lake import LakeResource
@@ -73,7 +74,9 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         lake: LakeResource = context.resources.lake
         return lake.store()
 
-    @lake_check(asset="events", description="Every event id appears once in events.")
+    @lake_check(
+        asset="events", description="Every event id appears once in events, over every date."
+    )
     def unique_event_ids(context: AssetCheckExecutionContext) -> AssetCheckResult:
         lake_store = store(context)
         added = added_rows(context, lake_store, EVENTS)
@@ -83,15 +86,24 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 duplicate_event_ids(lake_store.read(EVENTS, partitions=dates)),
                 "duplicated event ids",
             )
-        # The ids the run added, and every copy of them on their dates, found by id.
-        ids = added.select("event_date", "event_id").persist(StorageLevel.MEMORY_AND_DISK)
+        # The ids the run added, and every copy of them in `events` on any date: the id index
+        # names the dates their copies are on, where they are found by id.
+        added = added.select("event_date", "event_id").persist(StorageLevel.MEMORY_AND_DISK)
+        copies = copies_of(lake_store, added)
+        wanted = (
+            copies.rows.select("event_date", "event_id")
+            .unionByName(added)
+            .distinct()
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
         try:
             lookup = read_by_keys(
-                lake_store, EVENTS, wanted=ids, key="event_id", columns=ids.columns
+                lake_store, EVENTS, wanted=wanted, key="event_id", columns=wanted.columns
             )
             return check_result(duplicate_event_ids(lookup.rows), "duplicated event ids")
         finally:
-            ids.unpersist()
+            wanted.unpersist()
+            added.unpersist()
 
     @lake_check(asset="sessions", description="No two sessions of a user overlap.")
     def no_overlapping_sessions(context: AssetCheckExecutionContext) -> AssetCheckResult:

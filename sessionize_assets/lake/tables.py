@@ -92,6 +92,24 @@ REJECTED_EVENTS = TableSpec(
     ),
 )
 
+# The id index: every valid copy of every messageId, by batch. SPEC §2's winner of an id is
+# its copy in the earliest batch, on whatever date each copy's timestamp falls, so a batch's
+# ids are looked up here across every date at once (pipeline/event_ids.py). A lookup reads the
+# 8-byte `id_hash` column of every batch, then `event_id` only of the batches with a match.
+EVENT_IDS = TableSpec(
+    name="event_ids",
+    partition_by="received_date",
+    sort_by=("id_hash",),
+    description="Every valid copy of each messageId (one per batch): where the copies of an "
+    "id are, on any event date.",
+    schema=_fields(
+        ("id_hash", LongType(), False, "xxhash64 of event_id: what a lookup scans"),
+        ("event_id", StringType(), False, "Segment messageId"),
+        ("event_date", DateType(), False, "UTC date of this copy's timestamp"),
+        ("received_date", DateType(), False, "the landing batch that holds this copy"),
+    ),
+)
+
 BATCH_EVENT_DATES = TableSpec(
     name="batch_event_dates",
     partition_by="received_date",
@@ -266,6 +284,7 @@ USER_LIFECYCLE_SNAPSHOT = TableSpec(
 ALL_TABLES = (
     RAW_EVENTS,
     REJECTED_EVENTS,
+    EVENT_IDS,
     BATCH_EVENT_DATES,
     LANDING_BATCHES,
     EVENTS_MANIFEST,

@@ -1,51 +1,70 @@
-"""raw_events -> `events`: SPEC §2's cross-batch duplicate rule, paying only for what arrived.
+"""raw_events -> `events`: SPEC §2's duplicate rule across every date, paying for what arrived.
 
-Per event date the manifest says which inputs (one batch's rows of that date) are new. Their
-copies are ranked against the copies already in `events` that share an id (of `events` only
-the ids and ranking columns are read), and then:
-- a new copy that wins and whose id is new is appended, in a new file;
-- a new copy that wins against a copy already in `events` (an earlier-received copy that
-  arrived later) displaces it: only the files holding displaced rows are rewritten, and the
-  displaced copy becomes a `duplicate` rejection;
-- a new copy that loses is appended to `rejected_events` as a `duplicate`.
-A date whose absorbed input changed or vanished (a re-delivered batch) is recomputed from all
-its batches, and only the difference is committed. `full_refresh` recomputes every requested
-date from raw and replaces it whole: the rebuild path.
+An input is one batch's rows of one event date; `events_manifest` says which inputs each date
+has absorbed. A run reads the copies of its new inputs (and, for a date whose absorbed input
+changed or vanished with a re-delivered batch, every input of that date) and settles each id
+against all of its copies, on any date, that the id index (`event_ids`) holds:
 
-Rejections are committed before events. A crash in between leaves the manifest untouched, so
-the next run redoes the same work: copies already in `events` or already rejected are
-recognised by (event_id, received_date) and not added twice.
+- an id's winner is its copy in the earliest batch (ingestion keeps one copy per batch);
+- a winning copy of this run's inputs is added to `events`;
+- every other copy of this run's inputs becomes a `duplicate` rejection;
+- a copy in `events` that is no longer its id's winner is *displaced*, whatever its date: only
+  the files holding it are rewritten, and it becomes a `duplicate` rejection;
+- a rejected copy that has become its id's winner (the copy that beat it vanished with a
+  re-delivered batch) is *promoted*: its rejection is removed and it is added to `events`.
+
+Most ids of a batch have no other copy: those are appended, and nothing else is read for
+them. The few that do (*contested* ids) are settled on the driver, after one read of where
+their copies stand in `events` and `rejected_events`. A copy of another batch that is in
+neither table is left to the run that absorbs its input. A date whose inputs are recomputed
+is compared row for row (a re-delivered copy can keep its id and change its content). A date
+outside the request that a displacement or a promotion changed keeps the inputs it absorbed,
+recorded at the new `events` version so its sessions follow (`EventsReport.also_changed`).
+`full_refresh` replaces every requested date with its winners: the rebuild path.
+
+Rejections are committed first, then `events`, whose commit names the inputs it absorbed, then
+the manifest. A run killed before its manifest commit is recorded from the `events` log by the
+next run (`record_unrecorded`); one killed before its `events` commit is redone, and finds its
+rejections already made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import date
+from functools import reduce
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import EVENTS, EVENTS_MANIFEST, RAW_EVENTS, REJECTED_EVENTS
-from sessionize_assets.pipeline.keyed_reads import KeyedRead, read_by_keys
+from sessionize_assets.pipeline.event_ids import (
+    Contested,
+    Copy,
+    copies_of,
+    index_missing_batches,
+    other_copies,
+)
 from sessionize_assets.pipeline.manifests import (
+    ABSORBED_KEY,
     Inputs,
     absorbed_inputs,
+    absorbed_metadata,
     batch_inputs,
     indexed_rows,
-    input_pairs,
     plan,
     record_absorbed,
+    record_unrecorded,
 )
 from sessionize_assets.transforms.events import (
     COPY_KEY,
-    WINNER_ORDER,
     duplicate_rejections,
-    losing_copies,
+    mark_winners,
     raw_to_candidates,
-    split_copies,
+    rejection_keys,
 )
 from sessionize_assets.transforms.validation import DEDUP
 
@@ -59,15 +78,15 @@ class EventsReport:
     requested: list[date]
     updated: list[date] = field(default_factory=list)
     recomputed: list[date] = field(default_factory=list)
+    # Dates outside the request whose rows this run changed: a copy displaced from them or
+    # promoted into them, because of a copy of the same id on a requested date.
+    also_changed: list[date] = field(default_factory=list)
     batches_read: int = 0
     raw_rows_read: int = 0
-    # How the duplicate rule found the copies already in `events`: dates with few new ids
-    # are searched by id (Parquet skips row groups), the others read whole (their ids only).
-    dates_searched_by_id: int = 0
-    ids_looked_up: int = 0
-    events_rows_scanned: int = 0  # rows of the dates read whole
-    new_events: int = 0  # winners added
-    displaced: int = 0  # winners that lost to an earlier-received copy that came later
+    contested_ids: int = 0  # ids with a copy in another batch, settled on the driver
+    new_events: int = 0  # rows added to `events` (winners, promoted copies, changed rows)
+    displaced: int = 0  # copies removed from `events` because another copy of the id wins
+    promoted: int = 0  # rejected copies that became their id's winner
     duplicates: int = 0  # duplicate rejections added
     rows_written: int = 0  # rows in the files the events commit added
     files_added: int = 0
@@ -88,10 +107,12 @@ def update_events(
 ) -> EventsReport:
     """Bring `events` for these dates up to date with every batch ingested so far.
 
-    Dates with nothing new are skipped; `full_refresh` recomputes all of them from raw.
+    Dates with nothing new are skipped; `full_refresh` recomputes all of them from raw. Other
+    dates change only where a copy of an id settled here is displaced or promoted.
     """
     dates = sorted(set(event_dates))
     report = EventsReport(requested=dates)
+    record_unrecorded(store, run_id=run_id)
     # What this run reads: its commits are made against these versions (WriteConflictError).
     read_at = {spec: store.version(spec) for spec in (EVENTS, REJECTED_EVENTS, EVENTS_MANIFEST)}
     available = batch_inputs(store, dates)
@@ -105,85 +126,69 @@ def update_events(
         incremental = [d for d in dates if plans[d].pending and d not in recompute]
     if not recompute and not incremental:
         return report
+    index_missing_batches(store, run_id=run_id)
     new_inputs: Inputs = {k: v for d in incremental for k, v in plans[d].new.items()}
     all_inputs: Inputs = {k: v for d in recompute for k, v in available[d].items()}
-    tags = {"dagster_run_id": run_id, "table": EVENTS.name}
-
-    arrived = _read_raw(store, spark, new_inputs).persist(StorageLevel.MEMORY_AND_DISK)
-    change = _rank_new_copies(store, arrived)
-    report.dates_searched_by_id = len(change.lookup.searched)
-    report.ids_looked_up = change.lookup.keys_pushed
-    report.events_rows_scanned = sum(
-        store.row_counts(EVENTS, partitions=change.lookup.scanned).values()
-    )
-    persisted = [arrived, change.ranked, change.present]
+    # The batches whose rejections of the recomputed dates are written again.
+    involved = sorted({r for d in recompute for _, r in (*available[d], *absorbed[d])})
+    own = _read_raw(store, {**new_inputs, **all_inputs}).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counts = change.counts() if new_inputs else (0, 0, 0)
-        displaced = change.displaced_keys() if new_inputs else []
-        rebuilt = _recomputed(store, spark, all_inputs, dates=recompute, replace=full_refresh)
-        persisted += [rebuilt.kept] if rebuilt.kept is not None else []
-        involved = {r for d in recompute for _, r in (*available[d], *absorbed[d])}
-
-        def rejections() -> DataFrame:
-            new = duplicate_rejections(change.losers(arrived)).unionByName(
-                _displaced_rejections(store, spark, displaced)
-            )
-            batches = {r for _, r in new_inputs} | {row[2] for row in displaced}
-            already = (
-                store.read(REJECTED_EVENTS, partitions=batches)
-                .where(F.col("origin") == DEDUP)
-                .select("message_id", "received_date")
-            )
-            new = new.join(already, on=["message_id", "received_date"], how="left_anti")
-            return new.unionByName(duplicate_rejections(rebuilt.losers))
-
-        store.rewrite(
-            REJECTED_EVENTS,
-            partitions=involved,
-            drop=(F.col("origin") == DEDUP) & F.col("event_date").isin(recompute)
-            if recompute
-            else None,
-            add=rejections,
-            commit_metadata=tags,
-            read_version=read_at[REJECTED_EVENTS],
-        )
-        added = change.winners(arrived).unionByName(rebuilt.added)
         if full_refresh:
-            commit = store.replace_partitions(
-                EVENTS,
-                added,
-                partitions=recompute,
-                commit_metadata=tags,
-                read_version=read_at[EVENTS],
-            )
+            change = _replace(store, own, dates=recompute, involved=involved)
         else:
-            drop_keys = rebuilt.removed_keys.unionByName(_copies(spark, displaced))
-            commit = store.rewrite(
-                EVENTS,
-                partitions=sorted({row[0] for row in displaced} | set(recompute)),
-                drop_keys=drop_keys.select("event_id", "received_date"),
-                add=lambda: added,
-                commit_metadata=tags,
+            change = _settle(
+                store,
+                spark,
+                own,
+                recompute=recompute,
+                involved=involved,
+                new_rows=indexed_rows(store, new_inputs),
+            )
+        also_changed = sorted(change.dates_touched - set(dates))
+        manifest = {d: available[d] for d in (*incremental, *recompute)}
+        # A date outside the request keeps the inputs it absorbed, now held by this version.
+        manifest |= absorbed_inputs(store, partitions=also_changed)
+        tags = {"dagster_run_id": run_id}
+        try:
+            _commit_rejections(
+                store,
+                spark,
+                change,
+                tags={**tags, "table": REJECTED_EVENTS.name},
+                read_version=read_at[REJECTED_EVENTS],
+            )
+            commit = _commit_events(
+                store,
+                spark,
+                change,
+                dates=recompute,
+                tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
                 read_version=read_at[EVENTS],
             )
+        finally:
+            change.release()
     finally:
-        for frame in persisted:
-            frame.unpersist()
+        own.unpersist()
     record_absorbed(
         store,
-        absorbed={d: available[d] for d in (*incremental, *recompute)},
+        absorbed=manifest,
         events_version=commit.version,
         run_id=run_id,
         read_version=read_at[EVENTS_MANIFEST],
     )
     report.updated = sorted([*incremental, *recompute])
     report.recomputed = recompute
+    report.also_changed = also_changed
     report.absorbed_by_date = {
         d: len(available[d]) if d in recompute else len(plans[d].new) for d in report.updated
     }
     report.batches_read = len({r for _, r in (*new_inputs, *all_inputs)})
     report.raw_rows_read = indexed_rows(store, [*new_inputs, *all_inputs])
-    report.new_events, report.duplicates, report.displaced = counts
+    report.contested_ids = change.contested
+    report.new_events = change.added
+    report.displaced = change.displaced
+    report.promoted = change.promoted
+    report.duplicates = change.rejected
     report.rows_written = commit.rows_written
     report.files_added = commit.files_added
     report.files_removed = commit.files_removed
@@ -191,127 +196,332 @@ def update_events(
     return report
 
 
-def _read_raw(store: DeltaStore, spark: SparkSession, inputs: Inputs) -> DataFrame:
+def _read_raw(store: DeltaStore, inputs: Inputs) -> DataFrame:
     """The raw copies behind these inputs, in the shape of `events` plus the raw line."""
-    raw = store.read(RAW_EVENTS, partitions={r for _, r in inputs}).join(
-        input_pairs(spark, inputs), on=["event_date", "received_date"], how="left_semi"
-    )
+    dates_of: dict[date, set[date]] = {}
+    for event_date, received_date in inputs:
+        dates_of.setdefault(received_date, set()).add(event_date)
+    raw = store.read(RAW_EVENTS, partitions=dates_of)
+    if dates_of:
+        raw = raw.where(
+            _any(
+                (F.col("received_date") == received) & F.col("event_date").isin(sorted(days))
+                for received, days in sorted(dates_of.items())
+            )
+        )
     return raw_to_candidates(raw)
 
 
-@dataclass(frozen=True)
-class _NewCopies:
-    """New copies ranked against the copies of the same ids already in `events`."""
-
-    ranked: DataFrame  # COPY_KEY + is_new + rank, for the ids the new copies carry
-    lookup: KeyedRead  # how the copies already in `events` were found
-    present: DataFrame  # those copies (ranking columns), persisted
-
-    def counts(self) -> tuple[int, int, int]:
-        """(new winners, losing new copies, displaced copies)."""
-        row = self.ranked.agg(
-            F.count(F.when(_new_winner(), 1)).alias("winners"),
-            F.count(F.when(F.col("_new") & (F.col("_rank") > 1), 1)).alias("losers"),
-            F.count(F.when(~F.col("_new") & (F.col("_rank") > 1), 1)).alias("displaced"),
-        ).first()
-        return (row["winners"], row["losers"], row["displaced"]) if row else (0, 0, 0)
-
-    def winners(self, arrived: DataFrame) -> DataFrame:
-        keys = self.ranked.where(_new_winner()).select(*COPY_KEY)
-        winners = arrived.join(keys, on=list(COPY_KEY), how="left_semi")
-        return winners.select(*EVENTS.schema.fieldNames())
-
-    def losers(self, arrived: DataFrame) -> DataFrame:
-        keys = self.ranked.where(F.col("_new") & (F.col("_rank") > 1)).select(*COPY_KEY)
-        return arrived.join(keys, on=list(COPY_KEY), how="left_semi")
-
-    def displaced_keys(self) -> list[tuple[date, str, date]]:
-        """Copies in `events` that lose to a new copy: few, so they come to the driver."""
-        rows = (
-            self.ranked.where(~F.col("_new") & (F.col("_rank") > 1))
-            .select(*COPY_KEY)
-            .orderBy(*COPY_KEY)
-            .collect()
-        )
-        return [(r.event_date, r.event_id, r.received_date) for r in rows]
+def _any(conditions: Iterable[Column]) -> Column:
+    return reduce(lambda a, b: a | b, conditions, F.lit(False))
 
 
-def _new_winner() -> Column:
-    return F.col("_new") & (F.col("_rank") == 1)
-
-
-def _rank_new_copies(store: DeltaStore, arrived: DataFrame) -> _NewCopies:
-    ranking = ["event_date", "event_id", *WINNER_ORDER]
-    # Of `events`, only the ranking columns of the ids that arrived again, found by id.
-    wanted = arrived.select("event_date", "event_id")
-    lookup = read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=ranking)
-    # Read once: it is both excluded from the new copies and ranked with them.
-    present = lookup.rows.persist(StorageLevel.MEMORY_AND_DISK)
-    # A copy already in `events` was absorbed by an earlier attempt: it is not new.
-    fresh = arrived.select(*ranking).join(
-        present.select(*COPY_KEY), on=list(COPY_KEY), how="left_anti"
+def _is_copy(copies: Collection[Copy]) -> Column:
+    """Rows (`event_id`, `received_date`) that are one of these copies: a filter, no join.
+    One copy per (id, batch) makes those two columns its key."""
+    ids_by_batch: dict[date, set[str]] = {}
+    for _, event_id, received_date in copies:
+        ids_by_batch.setdefault(received_date, set()).add(event_id)
+    return _any(
+        (F.col("received_date") == received) & F.col("event_id").isin(sorted(ids))
+        for received, ids in sorted(ids_by_batch.items())
     )
-    contenders = fresh.withColumn("_new", F.lit(True)).unionByName(
-        present.withColumn("_new", F.lit(False))
-    )
-    order = Window.partitionBy("event_date", "event_id").orderBy(*WINNER_ORDER)
-    ranked = contenders.withColumn("_rank", F.row_number().over(order)).select(
-        *COPY_KEY, "_new", "_rank"
-    )
-    outcome = ranked.where(F.col("_new") | (F.col("_rank") > 1))
-    return _NewCopies(outcome.persist(StorageLevel.MEMORY_AND_DISK), lookup, present)
 
 
-def _copies(spark: SparkSession, keys: list[tuple[date, str, date]]) -> DataFrame:
-    """A small frame of COPY_KEY rows."""
-    schema = "event_date date, event_id string, received_date date"
-    return spark.createDataFrame(keys, schema).hint("broadcast")
+@dataclass(kw_only=True)
+class _Change:
+    """What one run commits: rows to add and keys to drop, in `events` and `rejected_events`."""
 
+    events_add: DataFrame  # rows in the shape of `events`
+    events_drop: list[Copy]
+    rejections_add: DataFrame | None  # rows in the shape of `rejected_events`
+    rejections_drop: list[Copy]  # duplicate rejections to remove, by copy
+    # Duplicate rejections removed whole: (batches, event dates) of the recomputed dates.
+    rejections_replaced: tuple[list[date], list[date]] | None = None
+    replace: bool = False  # `full_refresh`: the requested dates become `events_add` whole
+    dates_touched: set[date] = field(default_factory=set)  # known before the commit
+    contested: int = 0
+    added: int = 0
+    displaced: int = 0
+    promoted: int = 0
+    rejected: int = 0
+    persisted: list[DataFrame] = field(default_factory=list)
 
-def _displaced_rejections(
-    store: DeltaStore, spark: SparkSession, displaced: list[tuple[date, str, date]]
-) -> DataFrame:
-    """Rejection rows for displaced copies, with their raw lines from their own batch."""
-    raw = raw_to_candidates(store.read(RAW_EVENTS, partitions={r for _, _, r in displaced}))
-    return duplicate_rejections(
-        raw.join(_copies(spark, displaced), on=list(COPY_KEY), how="left_semi")
-    )
+    def release(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
 
 
 @dataclass(frozen=True)
-class _Recomputed:
-    """Dates recomputed from all their batches: the difference to commit."""
+class _Contest:
+    """The contested ids' copies, where each stands, and what becomes of each."""
 
-    added: DataFrame  # rows to add (all winners when replacing whole dates)
-    removed_keys: DataFrame  # COPY_KEY of rows to drop
-    losers: DataFrame  # every losing copy of these dates
-    kept: DataFrame | None = None  # persisted: unpersist after the commits
+    copies: dict[str, set[Copy]]  # every copy of each contested id
+    own: set[Copy]  # those among this run's inputs
+    in_events: set[Copy]
+    rejected: set[Copy]
+
+    def winner(self, event_id: str) -> Copy:
+        return min(self.copies[event_id], key=lambda copy: copy[2])
+
+    def settle(self, recompute: set[date]) -> _Settled:
+        settled = _Settled()
+        for event_id in sorted(self.copies):
+            best = self.winner(event_id)
+            for copy in sorted(self.copies[event_id]):
+                mine, here = copy in self.own, copy[0] in recompute
+                if copy == best:
+                    if copy in self.rejected and not here:
+                        settled.unreject.add(copy)
+                    if copy not in self.in_events and not mine and copy in self.rejected:
+                        settled.promote.add(copy)
+                    elif mine and copy in self.in_events and not here:
+                        settled.present.add(copy)
+                    continue
+                if mine:
+                    settled.lose.add(copy)
+                if copy in self.in_events and not here:
+                    settled.drop.add(copy)
+                    if not mine:
+                        settled.displace.add(copy)
+                if (mine or copy in self.in_events) and (here or copy not in self.rejected):
+                    settled.reject.add(copy)
+        return settled
 
 
-def _recomputed(
-    store: DeltaStore, spark: SparkSession, inputs: Inputs, *, dates: list[date], replace: bool
-) -> _Recomputed:
-    columns = EVENTS.schema.fieldNames()
-    candidates = _read_raw(store, spark, inputs)
-    if not dates:
-        empty = candidates.limit(0)
-        return _Recomputed(
-            added=empty.select(*columns), removed_keys=_copies(spark, []), losers=empty
+@dataclass
+class _Settled:
+    """Decisions on contested copies (COPY_KEY sets), made on the driver."""
+
+    lose: set[Copy] = field(default_factory=set)  # this run's copies that do not win
+    present: set[Copy] = field(default_factory=set)  # this run's winners already in events
+    drop: set[Copy] = field(default_factory=set)  # copies to remove from events (by key)
+    displace: set[Copy] = field(default_factory=set)  # of those, other batches' copies
+    promote: set[Copy] = field(default_factory=set)  # rejected copies that now win
+    unreject: set[Copy] = field(default_factory=set)  # winners whose rejection goes
+    reject: set[Copy] = field(default_factory=set)  # copies whose rejection is written
+
+
+def _settle(
+    store: DeltaStore,
+    spark: SparkSession,
+    own: DataFrame,
+    *,
+    recompute: list[date],
+    involved: list[date],
+    new_rows: int,
+) -> _Change:
+    """The change that settles every id of `own` (this run's copies) and of the recomputed
+    dates against every copy of those ids (see the module docstring)."""
+    on_recomputed = F.col("event_date").isin(recompute)
+    mine = own.select(*COPY_KEY)
+    if recompute:
+        # An id the recomputed dates hold but this run no longer has a copy of (it vanished
+        # with a re-delivered batch) is settled too: another copy of it may win now.
+        held = (
+            store.read(EVENTS, partitions=recompute)
+            .select("event_id")
+            .unionByName(
+                rejection_keys(store.read(REJECTED_EVENTS, partitions=involved))
+                .where(on_recomputed)
+                .select("event_id")
+            )
+            .join(mine, on="event_id", how="left_anti")
+            .select(
+                F.lit(None).cast("date").alias("event_date"),
+                "event_id",
+                F.lit(None).cast("date").alias("received_date"),
+            )
         )
-    # Few copies lose: their keys are found once (narrow columns) and kept, and matched to the
-    # wide rows by broadcast when they fit, so those rows are not shuffled for it.
-    losing = losing_copies(candidates).persist(StorageLevel.MEMORY_AND_DISK)
-    matched = F.broadcast(losing) if losing.count() <= BROADCAST_LOSING_COPIES else losing
-    winners, losers = split_copies(candidates, matched)
-    winners = winners.select(*columns)
-    if replace:
-        return _Recomputed(
-            added=winners, removed_keys=_copies(spark, []), losers=losers, kept=losing
+        mine = mine.unionByName(held)
+    contest = _contest(store, other_copies(store, mine))
+    settled = contest.settle(set(recompute))
+
+    # This run's winners elsewhere than the recomputed dates: appended, all but those already
+    # there and those that lose.
+    kept_out = settled.lose | settled.present
+    appended = own.where(~on_recomputed)
+    if kept_out:
+        appended = appended.where(~_is_copy(kept_out))
+    foreign = sorted(settled.promote | (settled.reject - contest.own))
+    foreign_rows = _raw_copies(store, foreign).persist(StorageLevel.MEMORY_AND_DISK)
+    events_add = appended.unionByName(
+        foreign_rows.where(_is_copy(settled.promote)) if settled.promote else foreign_rows.limit(0)
+    ).select(*EVENTS.schema.fieldNames())
+    events_drop = set(settled.drop)
+    added = new_rows - len(kept_out & _not_on(contest.own, recompute)) + len(settled.promote)
+    if recompute:
+        # The recomputed dates hold their winners, row for row.
+        wanted = own.where(on_recomputed)
+        losing_here = {c for c in settled.lose if c[0] in set(recompute)}
+        if losing_here:
+            wanted = wanted.where(~_is_copy(losing_here))
+        wanted = wanted.select(*EVENTS.schema.fieldNames())
+        current = store.read(EVENTS, partitions=recompute)
+        to_add = wanted.exceptAll(current)
+        to_drop = current.exceptAll(wanted)
+        diff = _collect_copies(drop=to_drop, add=to_add)
+        events_drop |= diff["drop"]
+        events_add = events_add.unionByName(to_add)
+        added += len(diff["add"])
+    reject_rows = own.unionByName(foreign_rows).where(_is_copy(settled.reject))
+    return _Change(
+        events_add=events_add,
+        events_drop=sorted(events_drop),
+        rejections_add=duplicate_rejections(reject_rows) if settled.reject else None,
+        rejections_drop=sorted(settled.unreject),
+        rejections_replaced=(involved, recompute) if recompute else None,
+        dates_touched={d for d, _, _ in events_drop | settled.promote},
+        contested=len(contest.copies),
+        added=added,
+        displaced=len(settled.displace),
+        promoted=len(settled.promote),
+        rejected=len(settled.reject),
+        persisted=[foreign_rows],
+    )
+
+
+def _not_on(copies: set[Copy], dates: list[date]) -> set[Copy]:
+    excluded = set(dates)
+    return {c for c in copies if c[0] not in excluded}
+
+
+def _contest(store: DeltaStore, found: Contested) -> _Contest:
+    """Where the contested ids' copies stand, read in one small Spark job over the dates and
+    batches they are in (none when no id is contested)."""
+    if not found.copies:
+        return _Contest(copies={}, own=set(), in_events=set(), rejected=set())
+    ids = sorted(found.copies)
+    everywhere = [c for group in found.copies.values() for c in group]
+    standing = (
+        store.read(EVENTS, partitions={d for d, _, _ in everywhere})
+        .where(F.col("event_id").isin(ids))
+        .select(*COPY_KEY, F.lit("events").alias("_in"))
+        .unionByName(
+            rejection_keys(store.read(REJECTED_EVENTS, partitions={r for _, _, r in everywhere}))
+            .where(F.col("event_id").isin(ids))
+            .select(*COPY_KEY, F.lit("rejected").alias("_in"))
         )
-    current = store.read(EVENTS, partitions=dates)
-    return _Recomputed(
-        added=winners.exceptAll(current),
-        removed_keys=current.exceptAll(winners).select(*COPY_KEY),
-        losers=losers,
-        kept=losing,
+        .collect()
+    )
+    where: dict[str, set[Copy]] = {"events": set(), "rejected": set()}
+    for row in standing:
+        where[row["_in"]].add((row["event_date"], row["event_id"], row["received_date"]))
+    return _Contest(
+        copies=found.copies,
+        own=found.held,
+        in_events=where["events"],
+        rejected=where["rejected"],
+    )
+
+
+def _collect_copies(**frames: DataFrame) -> dict[str, set[Copy]]:
+    """The COPY_KEYs of several frames, brought to the driver in one Spark job, by name."""
+    tagged = [frame.select(*COPY_KEY, F.lit(name).alias("_kind")) for name, frame in frames.items()]
+    out: dict[str, set[Copy]] = {name: set() for name in frames}
+    for row in reduce(DataFrame.unionByName, tagged).collect():
+        out[row["_kind"]].add((row["event_date"], row["event_id"], row["received_date"]))
+    return out
+
+
+def _raw_copies(store: DeltaStore, copies: list[Copy]) -> DataFrame:
+    """The raw rows (shape of `events` plus the line) of these copies, from their batches."""
+    raw = raw_to_candidates(store.read(RAW_EVENTS, partitions={r for _, _, r in copies}))
+    return raw.where(_is_copy(copies)) if copies else raw
+
+
+def _replace(
+    store: DeltaStore, own: DataFrame, *, dates: list[date], involved: list[date]
+) -> _Change:
+    """`full_refresh`: the requested dates hold exactly their winners, against every copy;
+    the duplicate rejections of those dates in the `involved` batches are written again."""
+    keep = StorageLevel.MEMORY_AND_DISK
+    ids = own.select("event_id").distinct().persist(keep)
+    index = copies_of(store, ids)
+    # Raw rows are wide and few copies lose: the losing keys are found on narrow columns and
+    # matched to the rows by broadcast when they fit, so the rows are not shuffled for it.
+    losing = (
+        mark_winners(index.rows)
+        .where(~F.col("wins") & F.col("event_date").isin(dates))
+        .select(*COPY_KEY)
+        .persist(keep)
+    )
+    lost = losing.count()
+    matched = F.broadcast(losing) if lost <= BROADCAST_LOSING_COPIES else losing
+    winners = own.join(matched, on=list(COPY_KEY), how="left_anti")
+    return _Change(
+        events_add=winners.select(*EVENTS.schema.fieldNames()),
+        events_drop=[],
+        rejections_add=duplicate_rejections(own.join(matched, on=list(COPY_KEY), how="left_semi")),
+        rejections_drop=[],
+        rejections_replaced=(sorted({*involved, *index.batches}), dates),
+        replace=True,
+        dates_touched=set(dates),
+        rejected=lost,
+        persisted=[ids, losing],
+    )
+
+
+def _commit_rejections(
+    store: DeltaStore,
+    spark: SparkSession,
+    change: _Change,
+    *,
+    tags: dict[str, str],
+    read_version: int | None,
+) -> CommitInfo | None:
+    """Duplicate rejections: the recomputed dates' written again, the others added and
+    removed by copy. Nothing is committed when nothing changes."""
+    drop, keys, batches = None, None, {r for _, _, r in change.rejections_drop}
+    if change.rejections_replaced is not None:
+        replaced_batches, dates = change.rejections_replaced
+        drop = (F.col("origin") == DEDUP) & F.col("event_date").isin(dates)
+        batches |= set(replaced_batches)
+    if change.rejections_drop:
+        keys = spark.createDataFrame(
+            [(e, i, r, DEDUP) for e, i, r in change.rejections_drop],
+            "event_date date, message_id string, received_date date, origin string",
+        )
+    if drop is None and keys is None and change.rejections_add is None:
+        return None
+    rows = change.rejections_add
+    return store.rewrite(
+        REJECTED_EVENTS,
+        partitions=sorted(batches),
+        drop=drop,
+        drop_keys=keys,
+        add=lambda: rows if rows is not None else spark.createDataFrame([], REJECTED_EVENTS.schema),
+        commit_metadata=tags,
+        read_version=read_version,
+    )
+
+
+def _commit_events(
+    store: DeltaStore,
+    spark: SparkSession,
+    change: _Change,
+    *,
+    dates: list[date],
+    tags: dict[str, str],
+    read_version: int | None,
+) -> CommitInfo:
+    if change.replace:
+        return store.replace_partitions(
+            EVENTS,
+            change.events_add,
+            partitions=dates,
+            commit_metadata=tags,
+            read_version=read_version,
+        )
+    drop = change.events_drop
+    keys = None
+    if drop:
+        keys = spark.createDataFrame(drop, "event_date date, event_id string, received_date date")
+    return store.rewrite(
+        EVENTS,
+        partitions=sorted({d for d, _, _ in drop}),
+        drop_keys=keys,
+        add=lambda: change.events_add,
+        commit_metadata=tags,
+        read_version=read_version,
     )

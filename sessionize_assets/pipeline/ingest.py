@@ -13,7 +13,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import CommitInfo, DeltaStore
-from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.event_ids import index_rows as event_id_rows
 from sessionize_assets.pipeline.landing import BatchFingerprint, record_ingested
 from sessionize_assets.pipeline.manifests import batch_event_dates as indexed_event_dates
 from sessionize_assets.settings import Settings
@@ -42,6 +43,7 @@ class BatchIngested:
 @dataclass(frozen=True, kw_only=True)
 class IngestResult:
     raw: CommitInfo
+    event_ids: CommitInfo
     rejected: CommitInfo
     index: CommitInfo
     landing: CommitInfo
@@ -57,8 +59,8 @@ def ingest_batches(
     run_id: str,
 ) -> IngestResult:
     """Validate the lines of these batches (those `fingerprints` names); replace their raw rows,
-    their rejections and their index entries, one commit per table however many batches (a
-    backfill is one Spark job), and record last what each batch was read from.
+    their id index, their rejections and their index entries, one commit per table however
+    many batches (a backfill is one Spark job), and record last what each batch was read from.
 
     A listed batch without lines becomes empty. The fingerprints are taken before the lines are
     read: a file that changes in between is seen as changed again, never as ingested.
@@ -77,6 +79,10 @@ def ingest_batches(
         by_date = accepted.groupBy("received_date", "event_date").count().collect()
         by_reason = rejected.groupBy("received_date", "reason").count().collect()
         raw = store.replace_partitions(RAW_EVENTS, accepted, partitions=days, commit_metadata=tags)
+        # The id index, before the received -> event index that makes `events` read the batch.
+        event_ids = store.replace_partitions(
+            EVENT_IDS, event_id_rows(accepted), partitions=days, commit_metadata=tags
+        )
         # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
         rejected_commit = store.rewrite(
             REJECTED_EVENTS,
@@ -118,5 +124,10 @@ def ingest_batches(
             touched_event_dates=sorted(set(before.get(day, [])) | set(events)),
         )
     return IngestResult(
-        raw=raw, rejected=rejected_commit, index=index, landing=landing, batches=batches
+        raw=raw,
+        event_ids=event_ids,
+        rejected=rejected_commit,
+        index=index,
+        landing=landing,
+        batches=batches,
     )

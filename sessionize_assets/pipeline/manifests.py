@@ -17,17 +17,22 @@ filtered in Arrow before anything becomes a Python object.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
-from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENTS_MANIFEST, SESSIONS_MANIFEST
+from sessionize_assets.lake.tables import (
+    BATCH_EVENT_DATES,
+    EVENTS,
+    EVENTS_MANIFEST,
+    SESSIONS_MANIFEST,
+)
 from sessionize_assets.partitions import session_dates_for
 from sessionize_assets.settings import Settings
 
@@ -168,6 +173,60 @@ def record_absorbed(
     )
 
 
+# An `events` commit names, in its commit info, the inputs its partitions then hold (as
+# `record_absorbed` takes them), so a run killed between it and its manifest commit is
+# recorded from the Delta log by the next run (`record_unrecorded`), never redone.
+ABSORBED_KEY = "sessionize.absorbed"
+# The newest `events` commits searched for one the manifest lacks: a run's are its last.
+RECENT_EVENTS_COMMITS = 50
+
+
+def absorbed_metadata(absorbed: Mapping[date, Inputs]) -> str:
+    """`absorbed` as the commit-info value `record_unrecorded` reads back."""
+    return json.dumps(
+        {
+            partition.isoformat(): [
+                [event_date.isoformat(), received_date.isoformat(), version]
+                for (event_date, received_date), version in sorted(inputs.items())
+            ]
+            for partition, inputs in sorted(absorbed.items())
+        },
+        separators=(",", ":"),
+    )
+
+
+def record_unrecorded(store: DeltaStore, *, run_id: str) -> list[int]:
+    """Record what the recent `events` commits absorbed where the manifest does not hold it
+    yet (their run died before its manifest commit); returns those commits' versions.
+
+    A partition is behind a commit when the manifest's `events_version` for it is older: a
+    later run that recorded the partition again is not undone.
+    """
+    held: dict[date, int] = {}
+    rows = store.read_arrow(EVENTS_MANIFEST, columns=["partition_date", "events_version"])
+    for row in rows.to_pylist():
+        version = -1 if row["events_version"] is None else row["events_version"]
+        held[row["partition_date"]] = max(held.get(row["partition_date"], -1), version)
+    recorded = []
+    commits = store.history(EVENTS, limit=RECENT_EVENTS_COMMITS)
+    for commit in sorted(commits, key=lambda c: int(c["version"])):
+        if ABSORBED_KEY not in commit:
+            continue
+        version = int(commit["version"])
+        behind = {
+            date.fromisoformat(partition): {
+                (date.fromisoformat(e), date.fromisoformat(r)): int(v) for e, r, v in inputs
+            }
+            for partition, inputs in json.loads(commit[ABSORBED_KEY]).items()
+            if held.get(date.fromisoformat(partition), -1) < version
+        }
+        if behind:
+            record_absorbed(store, absorbed=behind, events_version=version, run_id=run_id)
+            held.update(dict.fromkeys(behind, version))
+            recorded.append(version)
+    return recorded
+
+
 @dataclass(frozen=True, kw_only=True)
 class SessionsProgress:
     """What one sessions partition has absorbed."""
@@ -262,11 +321,4 @@ def _replace(
         partitions=partitions,
         commit_metadata={"dagster_run_id": run_id, "table": spec.name},
         read_version=read_version,
-    )
-
-
-def input_pairs(spark: SparkSession, inputs: Iterable[InputKey]) -> DataFrame:
-    """A small frame of (event_date, received_date) to semi-join data against."""
-    return spark.createDataFrame(sorted(set(inputs)), "event_date date, received_date date").hint(
-        "broadcast"
     )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -66,3 +69,28 @@ class SparkResource(ConfigurableResource):
         for key, value in REQUIRED_CONF.items():
             spark.conf.set(key, value)
         return spark
+
+
+@contextmanager
+def counting_jobs(spark: SparkSession, label: str) -> Iterator[Callable[[], int | None]]:
+    """Tag the Spark jobs this thread starts inside the block with a job group of their own,
+    and yield a function that counts them (what a run reports as `spark_jobs`).
+
+    A job is every action: on small data each costs a fixed scheduling overhead, so their
+    number is the first figure of a run's cost. The count is None on Spark Connect, whose
+    client has no SparkContext. The thread's previous job group is restored on exit.
+    """
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: no SparkContext on the client
+        yield lambda: None
+        return
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {key: context.getLocalProperty(key) for key in keys}
+    group = f"{label}-{uuid.uuid4().hex}"
+    context.setJobGroup(group, label)
+    try:
+        yield lambda: len(context.statusTracker().getJobIdsForGroup(group))
+    finally:
+        for key, value in previous.items():
+            context.setLocalProperty(key, value)  # type: ignore[arg-type]

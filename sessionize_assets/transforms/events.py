@@ -1,16 +1,15 @@
-"""Events by event date: SPEC §2's cross-batch duplicate rule, batch by batch."""
+"""SPEC §2's duplicate rule across batches: one winner per messageId, on any event date."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sessionize_assets.transforms.validation import DEDUP, DUPLICATE
 
-# Among valid copies of one messageId the earliest received batch wins, then the earliest
-# receivedAt; the source file only breaks exact ties, so the choice is always the same.
-WINNER_ORDER = ("received_date", "received_at", "source_file")
-# One copy per (id, batch): ingestion removes copies within a batch. Unique within a date.
+# One copy per (id, batch): ingestion removes copies within a batch (earliest receivedAt,
+# then source file, then the line). A copy is therefore named by its id and batch; its event
+# date says which `events` partition holds it when it wins.
 COPY_KEY = ("event_date", "event_id", "received_date")
 
 
@@ -19,34 +18,23 @@ def raw_to_candidates(raw: DataFrame) -> DataFrame:
     return raw.withColumnRenamed("message_id", "event_id")
 
 
-def losing_copies(candidates: DataFrame) -> DataFrame:
-    """COPY_KEY of every copy that loses to another copy of its id on its event date.
+def mark_winners(copies: DataFrame) -> DataFrame:
+    """COPY_KEY of every copy of some ids, each with `wins`: it is its id's copy in the earliest
+    batch, whatever the event dates of the copies.
 
-    Candidates hold at most one copy per (event_id, received_date): batches are deduplicated
-    at ingestion. Copies are wide (the raw line, properties, context) and most ids have one:
-    only the ranking columns are shuffled, and only ids with several copies are ranked.
+    `copies` must hold every copy of each of its ids (the id index gives them): the earliest
+    batch wins (SPEC §2), and within a batch ingestion has already kept one copy.
     """
-    event = ["event_date", "event_id"]
-    copies = candidates.select(*event, *WINNER_ORDER)
-    repeated = copies.groupBy(*event).count().where(F.col("count") > 1).select(*event)
-    rank = F.row_number().over(Window.partitionBy(*event).orderBy(*WINNER_ORDER))
+    first = copies.groupBy("event_id").agg(F.min("received_date").alias("_first"))
     return (
-        copies.join(repeated, on=event, how="left_semi")
-        .withColumn("_rank", rank)
-        .where(F.col("_rank") > 1)
-        .select(*COPY_KEY)
+        copies.select(*COPY_KEY)
+        .join(first, on="event_id")
+        .select(*COPY_KEY, (F.col("received_date") == F.col("_first")).alias("wins"))
     )
 
 
-def split_copies(candidates: DataFrame, losing: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """One winner per event id and date, and the losing copies, given `losing_copies`."""
-    winners = candidates.join(losing, on=list(COPY_KEY), how="left_anti")
-    losers = candidates.join(losing, on=list(COPY_KEY), how="left_semi")
-    return winners, losers
-
-
 def duplicate_rejections(losers: DataFrame) -> DataFrame:
-    """`rejected_events` rows for copies that lost to an earlier batch."""
+    """`rejected_events` rows for copies that lost to a copy in an earlier batch."""
     return losers.select(
         "raw_line",
         F.lit(DUPLICATE).alias("reason"),
@@ -57,4 +45,11 @@ def duplicate_rejections(losers: DataFrame) -> DataFrame:
         F.lit(DEDUP).alias("origin"),
         "event_date",
         F.lit(None).cast("binary").alias("raw_bytes"),  # winners' lines are valid UTF-8
+    )
+
+
+def rejection_keys(rejected: DataFrame) -> DataFrame:
+    """COPY_KEY of the duplicate rejections `events` made (origin `events`) in `rejected`."""
+    return rejected.where(F.col("origin") == DEDUP).select(
+        "event_date", F.col("message_id").alias("event_id"), "received_date"
     )

@@ -1,0 +1,152 @@
+"""The id index (`event_ids`): where every copy of a messageId is, whatever its event date.
+
+SPEC §2's winner among the copies of one messageId is the copy in the earliest received batch,
+on whatever date each copy's timestamp puts it (a client that re-stamps a retry, an id reused
+by a server library). So the duplicate rule needs, for each id a run settles, every copy of it
+in every batch. `event_ids` holds one row per valid copy (ingestion keeps one per batch),
+partitioned by batch like `raw_events` and written by the same ingest run, right after it.
+
+A lookup does not depend on how many dates the copies are spread over: it reads the 8-byte
+`id_hash` column of every batch, joined with the ids' hashes, which names the copies that can
+match; only the batches holding one are then read for their `event_id`s, matched exactly (a
+hash collision matches nothing). That first read is the one cost that grows with the history,
+at 8 bytes a copy (160 MB for 20 M events), in one Spark job; a layout by hash bucket would not
+shrink it for a daily batch, whose ids fall in every bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS
+from sessionize_assets.transforms.events import COPY_KEY
+
+
+def index_rows(accepted: DataFrame) -> DataFrame:
+    """The `event_ids` rows of a batch's accepted raw rows."""
+    return accepted.select(
+        F.xxhash64("message_id").alias("id_hash"),
+        F.col("message_id").alias("event_id"),
+        "event_date",
+        "received_date",
+    )
+
+
+Copy = tuple[date, str, date]  # COPY_KEY: (event_date, event_id, received_date)
+
+
+@dataclass(frozen=True)
+class Contested:
+    """The ids with copies in more than one batch, among those a run holds or settles."""
+
+    copies: dict[str, set[Copy]]  # every copy of each such id
+    held: set[Copy]  # of those, the copies the caller holds
+
+
+def other_copies(store: DeltaStore, held: DataFrame) -> Contested:
+    """The ids of `held` that have a copy in another batch than the caller's, with all their
+    copies, on the driver.
+
+    `held` has COPY_KEY columns: the copies the caller holds, or an id with nulls for one it
+    holds no copy of (then every copy of it is another). In a daily batch most ids have no
+    other copy and are left out; those that do are few. Two small Spark jobs: the hash
+    matches, then their ids, read from the batches holding a match only.
+    """
+    mine = held.select(
+        F.xxhash64("event_id").alias("id_hash"),
+        F.col("event_id").alias("_id"),
+        F.col("event_date").alias("_held_date"),
+        F.col("received_date").alias("_held_in"),
+    )
+    matches = (
+        store.read(EVENT_IDS)
+        .select("id_hash", "event_date", "received_date")
+        .join(mine, on="id_hash")
+        .where(F.col("_held_in").isNull() | (F.col("received_date") != F.col("_held_in")))
+        .distinct()
+        .collect()
+    )
+    if not matches:
+        return Contested(copies={}, held=set())
+    # A hash match is a copy of the id only if its event_id is the id itself.
+    hashes = sorted({row["id_hash"] for row in matches})
+    found = {
+        (row["event_date"], row["event_id"], row["received_date"])
+        for row in store.read(EVENT_IDS, partitions={row["received_date"] for row in matches})
+        .where(F.col("id_hash").isin(hashes))
+        .select(*COPY_KEY)
+        .collect()
+    }
+    copies: dict[str, set[Copy]] = {}
+    mine_held: set[Copy] = set()
+    for row in matches:
+        copy = (row["event_date"], row["_id"], row["received_date"])
+        if copy not in found:
+            continue
+        copies.setdefault(row["_id"], set()).add(copy)
+        if row["_held_in"] is not None:
+            mine_held.add((row["_held_date"], row["_id"], row["_held_in"]))
+    for copy in mine_held:
+        copies[copy[1]].add(copy)
+    return Contested(copies=copies, held=mine_held)
+
+
+@dataclass(frozen=True)
+class IdCopies:
+    """Every copy of some ids, and the batches of the index that were read to find them."""
+
+    rows: DataFrame  # COPY_KEY
+    batches: list[date]
+
+
+def copies_of(store: DeltaStore, ids: DataFrame) -> IdCopies:
+    """Every copy, in every batch ingested, of the ids in `ids` (an `event_id` column), as a
+    lazy frame: for many ids (a rebuild, a check), where `other_copies` would bring too much to
+    the driver. One Spark job brings the batches holding a hash match to the driver; the rows
+    are read from those batches only. Persist `ids`: it is read twice.
+    """
+    wanted = ids.select("event_id").distinct()
+    hashes = wanted.select(F.xxhash64("event_id").alias("id_hash"))
+    holding = sorted(
+        row[0]
+        for row in store.read(EVENT_IDS)
+        .select("id_hash", "received_date")
+        .join(hashes, on="id_hash", how="left_semi")
+        .select("received_date")
+        .distinct()
+        .collect()
+    )
+    rows = (
+        store.read(EVENT_IDS, partitions=holding)
+        .select(*COPY_KEY)
+        .join(wanted, on="event_id", how="left_semi")
+    )
+    return IdCopies(rows=rows, batches=holding)
+
+
+def index_missing_batches(store: DeltaStore, *, run_id: str) -> list[date]:
+    """Write the index of every batch the received -> event index lists but `event_ids` lacks
+    (a lake written before the id index existed), from `raw_events`; returns those batches.
+
+    Both indexes are written by the ingest run, `event_ids` first, so on a lake written since
+    this is a comparison of two Delta logs and reads no data.
+    """
+    indexed = set(store.row_counts(EVENT_IDS))
+    missing = sorted(
+        day
+        for day in {date.fromisoformat(d) for d in store.row_counts(BATCH_EVENT_DATES)}
+        if day.isoformat() not in indexed
+    )
+    if missing:
+        store.replace_partitions(
+            EVENT_IDS,
+            index_rows(store.read(RAW_EVENTS, partitions=missing)),
+            partitions=missing,
+            commit_metadata={"dagster_run_id": run_id, "table": EVENT_IDS.name},
+        )
+    return missing

@@ -1,0 +1,176 @@
+"""SPEC §2 across dates: one messageId, one event, whatever the copies' timestamps and the
+order their batches arrive in (pipeline/events.py and the id index, pipeline/event_ids.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sessionize_assets.lake.tables import EVENT_IDS, EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.events import update_events
+from sessionize_assets.transforms.events import mark_winners
+from sessionize_tests.test_updates import Pipeline, day
+
+
+@pytest.fixture
+def pipeline(spark, settings) -> Pipeline:
+    return Pipeline(spark, settings)
+
+
+def _events(pipeline: Pipeline) -> dict[str, tuple]:
+    return {
+        r.event_id: (r.event_date, r.received_date) for r in pipeline.store.read(EVENTS).collect()
+    }
+
+
+def _duplicates(pipeline: Pipeline) -> list[tuple]:
+    rows = pipeline.store.read(REJECTED_EVENTS).where("reason = 'duplicate'").collect()
+    return sorted((r.message_id, r.event_date, r.received_date, r.origin) for r in rows)
+
+
+def _land_copies(pipeline: Pipeline) -> None:
+    """x in the batch of day 0 with its timestamp on day 0, and re-stamped a day later in the
+    batch of day 2 (a client that re-stamps a retry): the first batch's copy wins."""
+    pipeline.land(day(0), [("x", "u", f"{day(0)} 10:00"), ("y", "u", f"{day(0)} 10:05")])
+    pipeline.land(day(2), [("x", "u", f"{day(1)} 09:00"), ("z", "u", f"{day(1)} 09:10")])
+
+
+def test_a_copy_on_another_date_loses_when_the_winner_came_first(pipeline):
+    _land_copies(pipeline)
+    pipeline.process(day(0))
+    run = pipeline.process(day(2))
+
+    assert _events(pipeline) == {
+        "x": (day(0), day(0)),
+        "y": (day(0), day(0)),
+        "z": (day(1), day(2)),
+    }
+    assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
+    assert (run.events.duplicates, run.events.displaced, run.events.also_changed) == (1, 0, [])
+    pipeline.assert_equals_full_recompute()
+
+
+def test_the_winner_arriving_last_displaces_the_copy_on_another_date(pipeline):
+    _land_copies(pipeline)
+    pipeline.process(day(2))  # the later batch first: its copy of x, on day 1, wins for now
+    assert _events(pipeline)["x"] == (day(1), day(2))
+    sessions_before = pipeline.sessions()
+    assert ("u", f"{day(1)} 09:00:00", f"{day(1)} 09:10:00", 2, 1, False) in sessions_before
+
+    run = pipeline.process(day(0))  # day 1 is not among the batch's dates, and still changes
+
+    assert _events(pipeline)["x"] == (day(0), day(0))
+    assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
+    assert run.events.updated == [day(0)]
+    assert run.events.also_changed == [day(1)]
+    assert (run.events.displaced, run.events.duplicates) == (1, 1)
+    # The sessions of both dates follow: day 1's session lost x, day 0's gained it.
+    assert ("u", f"{day(1)} 09:10:00", f"{day(1)} 09:10:00", 1, 1, False) in pipeline.sessions()
+    pipeline.assert_equals_full_recompute()
+
+
+def test_a_redelivered_winner_batch_without_the_copy_promotes_the_other_one(pipeline):
+    _land_copies(pipeline)
+    pipeline.process(day(0))
+    pipeline.process(day(2))
+    pipeline.assert_equals_full_recompute()
+
+    # The batch that held the winner comes again without x: day 2's copy, on day 1, wins.
+    pipeline.land(day(0), [("y", "u", f"{day(0)} 10:05")], name="again.jsonl")
+    run = pipeline.process(day(0))
+    assert _events(pipeline)["x"] == (day(1), day(2))
+    assert _duplicates(pipeline) == []
+    assert run.events.promoted == 1 and run.events.also_changed == [day(1)]
+    pipeline.assert_equals_full_recompute()
+
+    # And once more with x: its copy wins again and day 2's goes back to the rejections.
+    _land_copies(pipeline)
+    pipeline.process(day(0))
+    assert _events(pipeline)["x"] == (day(0), day(0))
+    assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
+    pipeline.assert_equals_full_recompute()
+
+
+def test_a_redelivered_winner_batch_with_the_same_lines_changes_nothing(pipeline):
+    _land_copies(pipeline)
+    pipeline.process(day(2))
+    pipeline.process(day(0))
+    events, duplicates = _events(pipeline), _duplicates(pipeline)
+
+    _land_copies(pipeline)  # the same lines again: a new raw version, the same outcome
+    run = pipeline.process(day(0))
+    assert (_events(pipeline), _duplicates(pipeline)) == (events, duplicates)
+    assert run.events.also_changed == []
+    pipeline.assert_equals_full_recompute()
+
+
+def test_copies_on_three_dates_keep_the_earliest_batch_in_any_order(pipeline):
+    batches = {
+        day(1): [("m", "u", f"{day(1)} 08:00")],
+        day(2): [("m", "u", f"{day(0)} 20:00")],
+        day(3): [("m", "u", f"{day(3)} 07:00")],
+    }
+    for received in (day(3), day(2), day(1)):
+        pipeline.land(received, batches[received])
+        pipeline.process(received)
+        pipeline.assert_equals_full_recompute()
+    assert _events(pipeline) == {"m": (day(1), day(1))}
+    assert _duplicates(pipeline) == [
+        ("m", day(0), day(2), "events"),
+        ("m", day(3), day(3), "events"),
+    ]
+
+
+def test_a_rebuild_keeps_the_winner_of_another_date(pipeline, spark):
+    _land_copies(pipeline)
+    pipeline.process(day(0))
+    pipeline.process(day(2))
+    # Rebuilding day 1 alone: its copy of x still loses to day 0's, which stays.
+    update_events(pipeline.store, spark, event_dates=[day(1)], run_id="rebuild", full_refresh=True)
+    assert _events(pipeline)["x"] == (day(0), day(0))
+    assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
+    pipeline.assert_equals_full_recompute()
+
+
+def test_the_id_index_holds_one_row_per_copy(pipeline):
+    _land_copies(pipeline)
+    pipeline.process(day(0))
+    pipeline.process(day(2))
+    rows = sorted(
+        (r.event_id, r.event_date, r.received_date)
+        for r in pipeline.store.read(EVENT_IDS).collect()
+    )
+    assert rows == [
+        ("x", day(0), day(0)),
+        ("x", day(1), day(2)),
+        ("y", day(0), day(0)),
+        ("z", day(1), day(2)),
+    ]
+
+
+def test_mark_winners_takes_the_earliest_batch_whatever_the_date(spark):
+    copies = spark.createDataFrame(
+        [
+            (day(3), "a", day(4)),
+            (day(1), "a", day(2)),  # the earliest batch, on an earlier date: wins
+            (day(5), "a", day(5)),
+            (day(0), "b", day(6)),  # alone: wins
+        ],
+        "event_date date, event_id string, received_date date",
+    )
+    marked = sorted((r.event_id, r.received_date, r.wins) for r in mark_winners(copies).collect())
+    assert marked == [
+        ("a", day(2), True),
+        ("a", day(4), False),
+        ("a", day(5), False),
+        ("b", day(6), True),
+    ]
+
+
+def test_a_displaced_copy_keeps_its_raw_line(pipeline):
+    _land_copies(pipeline)
+    pipeline.process(day(2))
+    pipeline.process(day(0))
+    row = pipeline.store.read(REJECTED_EVENTS).where("reason = 'duplicate'").first()
+    assert json.loads(row.raw_line)["timestamp"].startswith(day(1).isoformat())
