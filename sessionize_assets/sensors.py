@@ -118,7 +118,7 @@ def _lifecycle_span(
     yet, a failed run's days, and the latest received day when sessions `changed` or the
     intervals are `behind` `sessions` (a run died after the sessions commit). None: up to
     date. A lifecycle run corrects whatever is stale, whichever range it is given."""
-    latest = _latest_day(instance, RAW_EVENTS_KEY)
+    latest = _latest_received(settings, instance)
     if behind and latest is not None:
         changed = {*changed, latest}
     return lifecycle_range(
@@ -415,6 +415,15 @@ def _lifecycle_behind(settings: Settings) -> list[int | None] | None:
 def _latest_day(instance: DagsterInstance, key: AssetKey) -> date | None:
     keys = instance.get_materialized_partitions(key)
     return max((date.fromisoformat(k) for k in keys), default=None)
+
+
+def _latest_received(settings: Settings, instance: DagsterInstance) -> date | None:
+    """The latest received day ingested, as the lake records it (`landing_batches`, written
+    by an ingest run's last commit) or the instance does: a run killed after that commit, before
+    Dagster recorded its materialization, has still ingested its batch, which no one will ingest
+    again."""
+    recorded = _bookkeeping(settings, LANDING_BATCHES).column("received_date").to_pylist()
+    return max([*recorded, *filter(None, [_latest_day(instance, RAW_EVENTS_KEY)])], default=None)
 
 
 def build_lifecycle_sensor(

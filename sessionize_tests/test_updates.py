@@ -205,11 +205,11 @@ def test_late_event_merges_two_sessions(pipeline):
     ]
 
 
-class _Killed(BaseException):
+class Killed(BaseException):
     """The run's process stops here, as with kill -9: nothing after it runs."""
 
 
-class _KilledBeforeCommitTo:
+class KilledBeforeCommitTo:
     """The lake as seen by a run killed just before it commits to one table."""
 
     def __init__(self, store: EmbeddedDeltaStore, table: str) -> None:
@@ -218,10 +218,16 @@ class _KilledBeforeCommitTo:
     def __getattr__(self, name: str):
         return getattr(self._store, name)
 
-    def rewrite(self, spec, **kwargs):
+    def _commit(self, method: str, spec, *args, **kwargs):
         if spec.name == self._table:
-            raise _Killed(spec.name)
-        return self._store.rewrite(spec, **kwargs)
+            raise Killed(spec.name)
+        return getattr(self._store, method)(spec, *args, **kwargs)
+
+    def rewrite(self, spec, **kwargs):
+        return self._commit("rewrite", spec, **kwargs)
+
+    def replace_partitions_arrow(self, spec, data, **kwargs):
+        return self._commit("replace_partitions_arrow", spec, data, **kwargs)
 
 
 def test_a_run_killed_between_the_sessions_commit_and_its_log_is_logged_by_the_next(
@@ -230,8 +236,8 @@ def test_a_run_killed_between_the_sessions_commit_and_its_log_is_logged_by_the_n
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
     pipeline.process(day(0))
     pipeline.land(day(3), [("c", "u", "2026-01-10 10:25")])
-    killed = _KilledBeforeCommitTo(pipeline.store, "session_changes")
-    with pytest.raises(_Killed):
+    killed = KilledBeforeCommitTo(pipeline.store, "session_changes")
+    with pytest.raises(Killed):
         process_batch(killed, spark, settings=pipeline.settings, received=day(3), run_id="k")
     merged = pipeline.store.version(SESSIONS)
 

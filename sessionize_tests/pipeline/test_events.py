@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from sessionize_assets.lake.tables import EVENT_IDS, EVENTS, REJECTED_EVENTS
+from sessionize_assets.lake.tables import EVENT_IDS, EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
 from sessionize_assets.pipeline.events import update_events
 from sessionize_assets.transforms.events import mark_winners
-from sessionize_tests.test_updates import Pipeline, day
+from sessionize_tests.driver import process_batch
+from sessionize_tests.test_updates import Killed, KilledBeforeCommitTo, Pipeline, day
 
 
 @pytest.fixture
@@ -174,3 +175,36 @@ def test_a_displaced_copy_keeps_its_raw_line(pipeline):
     pipeline.process(day(0))
     row = pipeline.store.read(REJECTED_EVENTS).where("reason = 'duplicate'").first()
     assert json.loads(row.raw_line)["timestamp"].startswith(day(1).isoformat())
+
+
+@pytest.mark.parametrize("killed_before", ["events", "events_manifest"])
+def test_a_run_killed_before_its_events_or_manifest_commit_is_completed_once(
+    pipeline, spark, killed_before
+):
+    """Killed before the manifest commit, the run's events commit is recorded from the Delta
+    log by the next run (nothing added twice); killed before the events commit, the next run
+    redoes it and finds its rejections made."""
+    _land_copies(pipeline)
+    pipeline.process(day(2))
+    killed = KilledBeforeCommitTo(pipeline.store, killed_before)
+    with pytest.raises(Killed):
+        process_batch(killed, spark, settings=pipeline.settings, received=day(0), run_id="k")
+    version = pipeline.store.version(EVENTS)
+
+    # The retry the late-data sensor asks for: the batch's event dates.
+    retry = update_events(pipeline.store, spark, event_dates=[day(0)], run_id="retry")
+
+    if killed_before == "events_manifest":
+        # Recorded from the log: the retry finds nothing new and commits nothing.
+        assert retry.updated == [] and pipeline.store.version(EVENTS) == version
+    else:
+        assert retry.updated == [day(0)] and retry.displaced == 1 and retry.duplicates == 0
+    assert _events(pipeline)["x"] == (day(0), day(0))
+    assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
+    manifest = pipeline.store.read_arrow(EVENTS_MANIFEST).to_pylist()
+    assert {(r["partition_date"], r["received_date"]) for r in manifest} == {
+        (day(0), day(0)),
+        (day(1), day(2)),
+    }
+    pipeline.process(day(0))  # and the rest of the chain: sessions, the lifecycle
+    pipeline.assert_equals_full_recompute()
