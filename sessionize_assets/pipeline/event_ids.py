@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS
-from sessionize_assets.transforms.events import COPY_KEY
+from sessionize_assets.transforms.events import COPY_KEY, Copy
 
 
 def index_rows(accepted: DataFrame) -> DataFrame:
@@ -35,9 +35,6 @@ def index_rows(accepted: DataFrame) -> DataFrame:
         "event_date",
         "received_date",
     )
-
-
-Copy = tuple[date, str, date]  # COPY_KEY: (event_date, event_id, received_date)
 
 
 @dataclass(frozen=True)

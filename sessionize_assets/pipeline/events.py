@@ -43,7 +43,6 @@ from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import EVENTS, EVENTS_MANIFEST, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.event_ids import (
     Contested,
-    Copy,
     copies_of,
     index_missing_batches,
     other_copies,
@@ -61,6 +60,8 @@ from sessionize_assets.pipeline.manifests import (
 )
 from sessionize_assets.transforms.events import (
     COPY_KEY,
+    Contest,
+    Copy,
     duplicate_rejections,
     mark_winners,
     raw_to_candidates,
@@ -252,56 +253,6 @@ class _Change:
             frame.unpersist()
 
 
-@dataclass(frozen=True)
-class _Contest:
-    """The contested ids' copies, where each stands, and what becomes of each."""
-
-    copies: dict[str, set[Copy]]  # every copy of each contested id
-    own: set[Copy]  # those among this run's inputs
-    in_events: set[Copy]
-    rejected: set[Copy]
-
-    def winner(self, event_id: str) -> Copy:
-        return min(self.copies[event_id], key=lambda copy: copy[2])
-
-    def settle(self, recompute: set[date]) -> _Settled:
-        settled = _Settled()
-        for event_id in sorted(self.copies):
-            best = self.winner(event_id)
-            for copy in sorted(self.copies[event_id]):
-                mine, here = copy in self.own, copy[0] in recompute
-                if copy == best:
-                    if copy in self.rejected and not here:
-                        settled.unreject.add(copy)
-                    if copy not in self.in_events and not mine and copy in self.rejected:
-                        settled.promote.add(copy)
-                    elif mine and copy in self.in_events and not here:
-                        settled.present.add(copy)
-                    continue
-                if mine:
-                    settled.lose.add(copy)
-                if copy in self.in_events and not here:
-                    settled.drop.add(copy)
-                    if not mine:
-                        settled.displace.add(copy)
-                if (mine or copy in self.in_events) and (here or copy not in self.rejected):
-                    settled.reject.add(copy)
-        return settled
-
-
-@dataclass
-class _Settled:
-    """Decisions on contested copies (COPY_KEY sets), made on the driver."""
-
-    lose: set[Copy] = field(default_factory=set)  # this run's copies that do not win
-    present: set[Copy] = field(default_factory=set)  # this run's winners already in events
-    drop: set[Copy] = field(default_factory=set)  # copies to remove from events (by key)
-    displace: set[Copy] = field(default_factory=set)  # of those, other batches' copies
-    promote: set[Copy] = field(default_factory=set)  # rejected copies that now win
-    unreject: set[Copy] = field(default_factory=set)  # winners whose rejection goes
-    reject: set[Copy] = field(default_factory=set)  # copies whose rejection is written
-
-
 def _settle(
     store: DeltaStore,
     spark: SparkSession,
@@ -335,7 +286,7 @@ def _settle(
         )
         mine = mine.unionByName(held)
     contest = _contest(store, other_copies(store, mine))
-    settled = contest.settle(set(recompute))
+    settled = contest.settle(recompute)
 
     # This run's winners elsewhere than the recomputed dates: appended, all but those already
     # there and those that lose.
@@ -386,11 +337,11 @@ def _not_on(copies: set[Copy], dates: list[date]) -> set[Copy]:
     return {c for c in copies if c[0] not in excluded}
 
 
-def _contest(store: DeltaStore, found: Contested) -> _Contest:
+def _contest(store: DeltaStore, found: Contested) -> Contest:
     """Where the contested ids' copies stand, read in one small Spark job over the dates and
     batches they are in (none when no id is contested)."""
     if not found.copies:
-        return _Contest(copies={}, own=set(), in_events=set(), rejected=set())
+        return Contest(copies={}, own=set(), in_events=set(), rejected=set())
     ids = sorted(found.copies)
     everywhere = [c for group in found.copies.values() for c in group]
     standing = (
@@ -407,7 +358,7 @@ def _contest(store: DeltaStore, found: Contested) -> _Contest:
     where: dict[str, set[Copy]] = {"events": set(), "rejected": set()}
     for row in standing:
         where[row["_in"]].add((row["event_date"], row["event_id"], row["received_date"]))
-    return _Contest(
+    return Contest(
         copies=found.copies,
         own=found.held,
         in_events=where["events"],

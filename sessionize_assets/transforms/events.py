@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import date
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -11,6 +15,7 @@ from sessionize_assets.transforms.validation import DEDUP, DUPLICATE
 # then source file, then the line). A copy is therefore named by its id and batch; its event
 # date says which `events` partition holds it when it wins.
 COPY_KEY = ("event_date", "event_id", "received_date")
+Copy = tuple[date, str, date]  # a COPY_KEY on the driver
 
 
 def raw_to_candidates(raw: DataFrame) -> DataFrame:
@@ -53,3 +58,59 @@ def rejection_keys(rejected: DataFrame) -> DataFrame:
     return rejected.where(F.col("origin") == DEDUP).select(
         "event_date", F.col("message_id").alias("event_id"), "received_date"
     )
+
+
+@dataclass(frozen=True)
+class Contest:
+    """The copies of the ids a run settles on the driver (those with a copy in more than one
+    batch), and where each stands: among the run's inputs, in `events`, rejected."""
+
+    copies: dict[str, set[Copy]]  # every copy of each contested id
+    own: set[Copy]  # those among this run's inputs
+    in_events: set[Copy]
+    rejected: set[Copy]
+
+    def winner(self, event_id: str) -> Copy:
+        """The copy in the earliest batch (one copy per batch)."""
+        return min(self.copies[event_id], key=lambda copy: copy[2])
+
+    def settle(self, recompute: Collection[date]) -> Settled:
+        """SPEC §2 on these copies: what to append, drop, reject, promote. `recompute` are the
+        dates the run recomputes whole: there, `events` and the rejections are compared row
+        for row instead, so a decision about a copy on them is only whether it loses."""
+        whole = set(recompute)
+        settled = Settled()
+        for event_id in sorted(self.copies):
+            best = self.winner(event_id)
+            for copy in sorted(self.copies[event_id]):
+                mine, here = copy in self.own, copy[0] in whole
+                if copy == best:
+                    if copy in self.rejected and not here:
+                        settled.unreject.add(copy)
+                    if copy not in self.in_events and not mine and copy in self.rejected:
+                        settled.promote.add(copy)
+                    elif mine and copy in self.in_events and not here:
+                        settled.present.add(copy)
+                    continue
+                if mine:
+                    settled.lose.add(copy)
+                if copy in self.in_events and not here:
+                    settled.drop.add(copy)
+                    if not mine:
+                        settled.displace.add(copy)
+                if (mine or copy in self.in_events) and (here or copy not in self.rejected):
+                    settled.reject.add(copy)
+        return settled
+
+
+@dataclass
+class Settled:
+    """Decisions on contested copies (COPY_KEY sets), made on the driver."""
+
+    lose: set[Copy] = field(default_factory=set)  # this run's copies that do not win
+    present: set[Copy] = field(default_factory=set)  # this run's winners already in events
+    drop: set[Copy] = field(default_factory=set)  # copies to remove from events (by key)
+    displace: set[Copy] = field(default_factory=set)  # of those, other batches' copies
+    promote: set[Copy] = field(default_factory=set)  # rejected copies that now win
+    unreject: set[Copy] = field(default_factory=set)  # winners whose rejection goes
+    reject: set[Copy] = field(default_factory=set)  # copies whose rejection is written

@@ -9,7 +9,6 @@ import pytest
 
 from sessionize_assets.lake.tables import EVENT_IDS, EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
 from sessionize_assets.pipeline.events import update_events
-from sessionize_assets.transforms.events import mark_winners
 from sessionize_tests.driver import process_batch
 from sessionize_tests.test_updates import Killed, KilledBeforeCommitTo, Pipeline, day
 
@@ -147,25 +146,6 @@ def test_the_id_index_holds_one_row_per_copy(pipeline):
         ("x", day(1), day(2)),
         ("y", day(0), day(0)),
         ("z", day(1), day(2)),
-    ]
-
-
-def test_mark_winners_takes_the_earliest_batch_whatever_the_date(spark):
-    copies = spark.createDataFrame(
-        [
-            (day(3), "a", day(4)),
-            (day(1), "a", day(2)),  # the earliest batch, on an earlier date: wins
-            (day(5), "a", day(5)),
-            (day(0), "b", day(6)),  # alone: wins
-        ],
-        "event_date date, event_id string, received_date date",
-    )
-    marked = sorted((r.event_id, r.received_date, r.wins) for r in mark_winners(copies).collect())
-    assert marked == [
-        ("a", day(2), True),
-        ("a", day(4), False),
-        ("a", day(5), False),
-        ("b", day(6), True),
     ]
 
 
