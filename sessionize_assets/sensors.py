@@ -418,12 +418,16 @@ def _latest_day(instance: DagsterInstance, key: AssetKey) -> date | None:
 
 
 def _latest_received(settings: Settings, instance: DagsterInstance) -> date | None:
-    """The latest received day ingested, as the lake records it (`landing_batches`, written
-    by an ingest run's last commit) or the instance does: a run killed after that commit, before
-    Dagster recorded its materialization, has still ingested its batch, which no one will ingest
-    again."""
+    """The latest received day ingested. Dagster's record of `raw_events` can miss the last
+    batch: an ingest run killed after its last commit (the lake's landing record) has ingested
+    it for good, and nothing will ingest it again. So once this instance has recorded a batch,
+    the lake's landing record counts too. An instance that has recorded none has not followed
+    this lake (a new Dagster home): new batches start it, as they start the other sensors."""
+    seen = _latest_day(instance, RAW_EVENTS_KEY)
+    if seen is None:
+        return None
     recorded = _bookkeeping(settings, LANDING_BATCHES).column("received_date").to_pylist()
-    return max([*recorded, *filter(None, [_latest_day(instance, RAW_EVENTS_KEY)])], default=None)
+    return max([seen, *recorded])
 
 
 def build_lifecycle_sensor(

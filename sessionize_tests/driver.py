@@ -8,7 +8,7 @@ from datetime import date
 from pyspark.sql import SparkSession
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
-from sessionize_assets.lake.tables import RAW_EVENTS, USER_LIFECYCLE_SNAPSHOT
+from sessionize_assets.lake.tables import LANDING_BATCHES, USER_LIFECYCLE_SNAPSHOT
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.pipeline.ingest import ingest_batches
@@ -51,7 +51,7 @@ def process_batch(
     span = lifecycle_range(
         changed=sessions.changed,
         through=_last_date(store, USER_LIFECYCLE_SNAPSHOT),
-        latest=_last_date(store, RAW_EVENTS),
+        latest=_last_date(store, LANDING_BATCHES),  # an empty batch is ingested too
         start=settings.start_date,
     )
     lifecycle = None

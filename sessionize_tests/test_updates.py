@@ -16,7 +16,7 @@ from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.store import WriteConflictError
 from sessionize_assets.lake.tables import (
     EVENTS,
-    RAW_EVENTS,
+    LANDING_BATCHES,
     REJECTED_EVENTS,
     SESSION_CHANGES,
     SESSION_QUARANTINE,
@@ -58,7 +58,8 @@ def assert_lifecycle_equals_full_recompute(
 ) -> None:
     """SPEC §4 from the start date through the latest batch: the intervals, each user's state
     on each day (the per-day view of the intervals), and the snapshot."""
-    end = max(date.fromisoformat(d) for d in store.row_counts(RAW_EVENTS))
+    # SPEC §4: through the latest received day ingested, an empty batch included.
+    end = max(date.fromisoformat(d) for d in store.row_counts(LANDING_BATCHES))
     expected_states, expected_rows = lifecycle_reference(
         session_days=session_days, start=start, end=end
     )
