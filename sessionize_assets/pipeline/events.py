@@ -203,18 +203,19 @@ def _read_raw(store: DeltaStore, inputs: Inputs) -> DataFrame:
     for event_date, received_date in inputs:
         dates_of.setdefault(received_date, set()).add(event_date)
     raw = store.read(RAW_EVENTS, partitions=dates_of)
-    if dates_of:
-        raw = raw.where(
-            _any(
-                (F.col("received_date") == received) & F.col("event_date").isin(sorted(days))
-                for received, days in sorted(dates_of.items())
-            )
-        )
-    return raw_to_candidates(raw)
+    return raw_to_candidates(raw.where(_per_batch("event_date", dates_of)) if dates_of else raw)
 
 
-def _any(conditions: Iterable[Column]) -> Column:
-    return reduce(lambda a, b: a | b, conditions, F.lit(False))
+def _per_batch(column: str, values: dict[date, set]) -> Column:
+    """Rows whose `column` is one of the values listed for their batch: a filter, no join."""
+    return reduce(
+        lambda a, b: a | b,
+        (
+            (F.col("received_date") == received) & F.col(column).isin(sorted(wanted))
+            for received, wanted in sorted(values.items())
+        ),
+        F.lit(False),
+    )
 
 
 def _is_copy(copies: Collection[Copy]) -> Column:
@@ -223,10 +224,7 @@ def _is_copy(copies: Collection[Copy]) -> Column:
     ids_by_batch: dict[date, set[str]] = {}
     for _, event_id, received_date in copies:
         ids_by_batch.setdefault(received_date, set()).add(event_id)
-    return _any(
-        (F.col("received_date") == received) & F.col("event_id").isin(sorted(ids))
-        for received, ids in sorted(ids_by_batch.items())
-    )
+    return _per_batch("event_id", ids_by_batch)
 
 
 @dataclass(kw_only=True)
@@ -266,12 +264,12 @@ def _settle(
     dates against every copy of those ids (see the module docstring)."""
     on_recomputed = F.col("event_date").isin(recompute)
     mine = own.select(*COPY_KEY)
+    current = store.read(EVENTS, partitions=recompute)
     if recompute:
         # An id the recomputed dates hold but this run no longer has a copy of (it vanished
         # with a re-delivered batch) is settled too: another copy of it may win now.
         held = (
-            store.read(EVENTS, partitions=recompute)
-            .select("event_id")
+            current.select("event_id")
             .unionByName(
                 rejection_keys(store.read(REJECTED_EVENTS, partitions=involved))
                 .where(on_recomputed)
@@ -304,11 +302,10 @@ def _settle(
     if recompute:
         # The recomputed dates hold their winners, row for row.
         wanted = own.where(on_recomputed)
-        losing_here = {c for c in settled.lose if c[0] in set(recompute)}
+        losing_here = settled.lose - _not_on(settled.lose, recompute)
         if losing_here:
             wanted = wanted.where(~_is_copy(losing_here))
         wanted = wanted.select(*EVENTS.schema.fieldNames())
-        current = store.read(EVENTS, partitions=recompute)
         to_add = wanted.exceptAll(current)
         to_drop = current.exceptAll(wanted)
         diff = _collect_copies(drop=to_drop, add=to_add)
@@ -375,6 +372,11 @@ def _collect_copies(**frames: DataFrame) -> dict[str, set[Copy]]:
     return out
 
 
+def _keys_frame(spark: SparkSession, copies: list[Copy]) -> DataFrame:
+    """A small frame of COPY_KEY rows (what a commit drops by key)."""
+    return spark.createDataFrame(copies, "event_date date, event_id string, received_date date")
+
+
 def _raw_copies(store: DeltaStore, copies: list[Copy]) -> DataFrame:
     """The raw rows (shape of `events` plus the line) of these copies, from their batches."""
     raw = raw_to_candidates(store.read(RAW_EVENTS, partitions={r for _, _, r in copies}))
@@ -429,9 +431,11 @@ def _commit_rejections(
         drop = (F.col("origin") == DEDUP) & F.col("event_date").isin(dates)
         batches |= set(replaced_batches)
     if change.rejections_drop:
-        keys = spark.createDataFrame(
-            [(e, i, r, DEDUP) for e, i, r in change.rejections_drop],
-            "event_date date, message_id string, received_date date, origin string",
+        keys = _keys_frame(spark, change.rejections_drop).select(
+            "event_date",
+            F.col("event_id").alias("message_id"),
+            "received_date",
+            F.lit(DEDUP).alias("origin"),
         )
     if drop is None and keys is None and change.rejections_add is None:
         return None
@@ -467,7 +471,7 @@ def _commit_events(
     drop = change.events_drop
     keys = None
     if drop:
-        keys = spark.createDataFrame(drop, "event_date date, event_id string, received_date date")
+        keys = _keys_frame(spark, drop)
     return store.rewrite(
         EVENTS,
         partitions=sorted({d for d, _, _ in drop}),
