@@ -19,8 +19,15 @@ from sessionize_assets.definitions import (
     build_definitions,
 )
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
+from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
-from sessionize_assets.replay import QUIET, failed_checks, flagged_partitions, run_succeeded
+from sessionize_assets.replay import (
+    QUIET,
+    announce_daemon,
+    failed_checks,
+    flagged_partitions,
+    run_succeeded,
+)
 from sessionize_assets.sensors import SNAPSHOT_KEY
 from sessionize_assets.settings import Settings
 
@@ -43,14 +50,18 @@ def rebuild(
     first = max(first or settings.start_date, settings.start_date)
     last = last or max(event_dates)
     echo(f"rebuilding events and sessions for {first}..{last} from raw_events")
-    result = defs.resolve_job_def(REBUILD_JOB).execute_in_process(
-        instance=instance,
-        run_config={**QUIET, **REBUILD_CONFIG},
-        raise_on_error=False,
-        tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
-    )
+    announce_daemon(instance, lake_dir=settings.lake_dir, echo=echo)
+    with lake_writer(
+        settings.lake_dir, holder=f"sessionize rebuild ({first}..{last})", on_wait=echo
+    ):
+        result = defs.resolve_job_def(REBUILD_JOB).execute_in_process(
+            instance=instance,
+            run_config={**QUIET, **REBUILD_CONFIG},
+            raise_on_error=False,
+            tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
+        )
     if not run_succeeded(result):
-        why = failed_checks(result) if result.success else "see it in the Dagster UI"
+        why = failed_checks(result) or "see it in the Dagster UI"
         echo(f"rebuild run {result.run_id} failed: {why}")
         return False
 
@@ -75,14 +86,19 @@ def rebuild(
         f"correcting the lifecycle snapshot from {min(changed, default=span[0])} "
         f"(a run over {span[0]}..{span[1]}, reporting every day it rewrites)"
     )
-    lifecycle = defs.resolve_job_def(LIFECYCLE_JOB).execute_in_process(
-        instance=instance,
-        run_config=QUIET,
-        raise_on_error=False,
-        tags={RANGE_START: span[0].isoformat(), RANGE_END: span[1].isoformat()},
-    )
+    with lake_writer(
+        settings.lake_dir,
+        holder=f"sessionize rebuild (lifecycle {span[0]}..{span[1]})",
+        on_wait=echo,
+    ):
+        lifecycle = defs.resolve_job_def(LIFECYCLE_JOB).execute_in_process(
+            instance=instance,
+            run_config=QUIET,
+            raise_on_error=False,
+            tags={RANGE_START: span[0].isoformat(), RANGE_END: span[1].isoformat()},
+        )
     if not run_succeeded(lifecycle):
-        why = failed_checks(lifecycle) if lifecycle.success else "see it in the Dagster UI"
+        why = failed_checks(lifecycle) or "see it in the Dagster UI"
         echo(f"lifecycle run {lifecycle.run_id} failed: {why}")
         return False
     return True

@@ -44,6 +44,7 @@ from sessionize_assets.definitions import (
     build_definitions,
 )
 from sessionize_assets.lake.summary import describe_lake
+from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.partitions import ONE_DAY, RANGE_END, RANGE_START, contiguous_ranges
 from sessionize_assets.run_health import UNFINISHED, fail_dead_runs
 from sessionize_assets.sensors import (
@@ -142,6 +143,23 @@ def replay_lock(lake_dir: Path) -> Iterator[None]:
         yield  # the lock goes with the file handle, also when the process is killed
 
 
+# A daemon whose latest heartbeat is this recent is running.
+_DAEMON_ALIVE_SECONDS = 120
+
+
+def announce_daemon(
+    instance: DagsterInstance, *, lake_dir: Path, echo: Callable[[str], None]
+) -> None:
+    """Say so when a dagster-daemon runs on this instance: its runs and this command's take
+    turns on the lake (`lake/writer_lock.py`), and the command says whom it waits for."""
+    beats = instance.get_daemon_heartbeats().values()
+    if any(time.time() - beat.timestamp < _DAEMON_ALIVE_SECONDS for beat in beats):
+        echo(
+            f"a dagster-daemon is running on this Dagster instance: its runs and this "
+            f"command's take turns writing {lake_dir} (each run waits for the one before)"
+        )
+
+
 def replay(
     *, settings: Settings, instance: DagsterInstance, echo: Callable[[str], None] = print
 ) -> ReplaySummary:
@@ -152,6 +170,7 @@ def replay(
     It holds the lake's replay lock throughout. It starts by reporting failed the runs a
     killed replay (or a dead run worker) left unfinished, so nothing waits on them."""
     with replay_lock(settings.lake_dir.absolute()):
+        announce_daemon(instance, lake_dir=settings.lake_dir, echo=echo)
         fail_dead_runs(
             instance,
             instance.get_runs(RunsFilter(statuses=UNFINISHED)),
@@ -167,7 +186,7 @@ def _replay(
 ) -> ReplaySummary:
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
-    driver = BatchDriver(defs=defs, instance=instance, settings=settings)
+    driver = BatchDriver(defs=defs, instance=instance, settings=settings, echo=echo)
     last_key = driver.ingest.partitions_def.get_last_partition_key()
     last = date.fromisoformat(last_key) if last_key else settings.start_date - ONE_DAY
     comparison = landing_comparison(settings, last=last)
@@ -288,9 +307,17 @@ class BatchDriver:
     tick; `replay` and the scale benchmark drive batches through it.
     """
 
-    def __init__(self, *, defs: Definitions, instance: DagsterInstance, settings: Settings) -> None:
+    def __init__(
+        self,
+        *,
+        defs: Definitions,
+        instance: DagsterInstance,
+        settings: Settings,
+        echo: Callable[[str], None] = print,
+    ) -> None:
         self.instance = instance
         self.settings = settings
+        self.echo = echo  # told whom a run waits for, when another writer holds the lake
         self.ingest, self.events, self.sessions, self.lifecycle = (
             defs.resolve_job_def(name)
             for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB)
@@ -326,7 +353,12 @@ class BatchDriver:
         def run(
             job: JobDefinition, first: str, last: str, extra: Mapping[str, str] | None = None
         ) -> bool:
-            runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
+            with lake_writer(
+                self.settings.lake_dir,
+                holder=f"sessionize replay ({job.name} {first}..{last}, batch {batch})",
+                on_wait=self.echo,
+            ):
+                runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
             return run_succeeded(runs[-1])
 
         ok, raw = True, {}
@@ -378,9 +410,7 @@ class BatchDriver:
             runs=len(runs),
             succeeded=ok,
             failed_job=failed.job_def.name if failed else None,
-            error=(_first_error(failed) if not failed.success else failed_checks(failed))
-            if failed
-            else None,
+            error=(failed_checks(failed) or _first_error(failed)) if failed else None,
             lines=int(raw.get("lines", 0)),
             accepted=int(raw.get("accepted", 0)),
             rejected=int(raw.get("rejected", 0)),
@@ -430,8 +460,8 @@ def _run(
 
 
 def run_succeeded(result: ExecuteInProcessResult) -> bool:
-    """The run succeeded and so did every asset check it ran: a check of the SPEC's
-    invariants that fails leaves the tables wrong, whatever the run's own status says."""
+    """The run succeeded and so did every asset check it ran (the checks of the SPEC's
+    invariants are blocking: one that fails fails its run, and `failed_checks` names it)."""
     return result.success and not failed_checks(result)
 
 

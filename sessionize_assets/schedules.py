@@ -36,7 +36,8 @@ def build_maintenance_job(settings: Settings) -> JobDefinition:
         store = lake.store()
         results = []
         for spec in ALL_TABLES:
-            result = store.maintain(spec, retention=settings.retention)
+            with lake.writer(context, step=f"maintenance of {spec.name}"):
+                result = store.maintain(spec, retention=settings.retention)
             context.log.info(
                 f"{spec.name}: {result.files_compacted} files compacted into "
                 f"{result.files_written}, {result.files_deleted} files deleted, checkpoint at "

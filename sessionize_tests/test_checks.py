@@ -43,10 +43,14 @@ def session(spark, rows):
 
 
 def test_duplicate_event_ids(spark):
-    events = spark.createDataFrame([("a",), ("b",), ("a",)], "event_id string")
+    other = D + timedelta(days=2)
+    events = spark.createDataFrame(
+        [("a", D), ("b", D), ("a", other)], "event_id string, event_date date"
+    )
     finding = duplicate_event_ids(events)
     assert finding.violations == 1 and finding.sample == ["a x2"]
-    assert duplicate_event_ids(events.distinct()).passed
+    assert finding.dates == [D, other]  # both copies' dates are recomputed to heal it
+    assert duplicate_event_ids(events.where("event_date = DATE'2026-01-05'")).passed
 
 
 def test_overlapping_sessions(spark):
@@ -58,6 +62,7 @@ def test_overlapping_sessions(spark):
         spark, [("s1", "u", (8, 0), (9, 0), 2, False), ("s2", "u", (8, 30), (11, 0), 2, False)]
     )
     assert overlapping_sessions(bad).violations == 1
+    assert overlapping_sessions(bad).dates == [D]
 
 
 def test_overlapping_sessions_on_some_dates_include_the_day_before(spark):
@@ -71,6 +76,7 @@ def test_overlapping_sessions_on_some_dates_include_the_day_before(spark):
         spark.createDataFrame([evening], SESSIONS.schema)
     )
     assert overlapping_sessions(sessions, dates=[D]).violations == 1
+    assert overlapping_sessions(sessions, dates=[D]).dates == [before, D]
     assert overlapping_sessions(sessions, dates=[before]).violations == 1
     assert overlapping_sessions(sessions, dates=[D + timedelta(days=2)]).passed
 
@@ -85,9 +91,10 @@ def test_malformed_sessions(spark):
 
 def test_quarantine_mismatch(spark):
     sessions = session(spark, [("s1", "u", (8, 0), (9, 0), 2, True)])
-    listed = spark.createDataFrame([("s1",)], "session_id string")
+    listed = sessions.select("session_id", "session_date")
     assert quarantine_mismatch(sessions, listed).passed
-    assert quarantine_mismatch(sessions, listed.limit(0)).violations == 1
+    missing = quarantine_mismatch(sessions, listed.limit(0))
+    assert missing.violations == 1 and missing.dates == [D]
 
 
 def test_unaccounted_lines(spark):
@@ -109,7 +116,7 @@ def test_unaccounted_lines(spark):
         spark.createDataFrame([(D, D)], "received_date date, event_date date")
     )
     finding = unaccounted_lines(raw, moved, rejected)
-    assert finding.violations == 2
+    assert finding.violations == 2 and finding.dates == [late, D]
 
 
 def test_unbalanced_snapshot():
@@ -352,8 +359,8 @@ def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
     assert not passed_after("a")  # the run wrote `later` only; the other copy is on `first`
 
 
-def test_a_failed_check_fails_the_run_for_replay(spark, settings, store):
-    """Dagster reports a run whose asset check failed as a success; replay does not."""
+def test_a_failed_check_fails_its_run_and_replay_names_it(spark, settings, store):
+    """The invariant checks are blocking: a failed one fails its run, which replay names."""
     from dagster import instance_for_test
 
     from sessionize_assets.lake.tables import EVENTS
@@ -368,5 +375,7 @@ def test_a_failed_check_fails_the_run_for_replay(spark, settings, store):
     job = checks_job(settings, {"unique_event_ids": "events"})
     with instance_for_test() as instance:
         result = job.execute_in_process(instance=instance, raise_on_error=False)
-    assert result.success and not run_succeeded(result)
+    assert not result.success and not run_succeeded(result)
     assert failed_checks(result) == "check events:unique_event_ids failed (1 violations)"
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert evaluation.metadata["dates"].value == [D.isoformat()]

@@ -238,16 +238,25 @@ def test_lifecycle_runs_report_the_days_asked_and_each_day_they_rewrote(replayed
 
 
 def test_rebuild_from_raw_changes_nothing(replayed, spark):
-    """`sessionize rebuild` over the replayed lake: every day recomputed, nothing corrected."""
+    """`sessionize rebuild` over the replayed lake: every day recomputed, nothing corrected.
+    It starts while another writer (the daemon's run, say) holds the lake: it waits for it,
+    and says so."""
     from sessionize_assets.lake.tables import SESSION_CHANGES
     from sessionize_assets.rebuild import rebuild
+    from sessionize_tests.lake.test_writer_lock import hold_in_another_process
 
     settings = replayed[0]
     store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
     logged = store.read(SESSION_CHANGES).count()
     lines: list[str] = []
+    other = hold_in_another_process(
+        settings.lake_dir, holder="run 1234 of sessions_job (sessions)", seconds=2
+    )
     with instance_for_test() as instance:
         assert rebuild(settings=settings, instance=instance, echo=lines.append)
+    other.wait()
+    waits = [line for line in lines if line.startswith("waiting for the lake")]
+    assert waits and "run 1234 of sessions_job (sessions) (pid" in waits[0]
     days = (max(date.fromisoformat(d) for d in store.row_counts(EVENTS)) - START).days + 1
     assert f"recomputed {days} event days and {days} session days" in lines
     assert "sessions changed on 0 days" in lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import Counter
 from datetime import date, datetime, timedelta
 
@@ -625,3 +626,123 @@ def test_two_events_runs_launched_at_once_on_overlapping_dates_end_as_a_full_rec
     )
     update_lifecycle(p.store, spark, through=day(1), settings=settings, run_id="next")
     p.assert_equals_full_recompute()
+
+
+def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(spark, settings):
+    """Both runs read `sessions` before it existed and derived the same new sessions of a
+    shared date: the second append is a conflict (appends are checked too), not a copy of
+    every session, and the run asked for next brings the tables to the full recompute."""
+    p = Pipeline(spark, settings)
+    p.land(day(0), [("a", "u", f"{day(0)} 08:00"), ("b", "v", f"{day(0)} 23:50")])
+    p.land(day(1), [("c", "v", f"{day(1)} 00:10")])
+    for received in (day(0), day(1)):
+        landing = LandingZoneResource(landing_dir=str(settings.landing_dir))
+        ingest_batches(
+            p.store,
+            landing.read_lines(spark, [received]),
+            fingerprints={received: fingerprint(received, landing.batch_files(received))},
+            settings=settings,
+            run_id="ingest",
+        )
+    update_events(p.store, spark, event_dates=[day(0), day(1)], run_id="events")
+    both_read = threading.Barrier(2, timeout=120)
+
+    class ReadTogether(EmbeddedDeltaStore):
+        """The real store; each run waits for the other after reading `sessions`' version."""
+
+        def read_version(self, spec):
+            version = super().read_version(spec)
+            if spec == SESSIONS:
+                both_read.wait()
+            return version
+
+    outcomes: dict[str, str] = {}
+
+    def run(name: str, dates: list[date]) -> None:
+        store = ReadTogether(spark=spark, lake_dir=settings.lake_dir)
+        try:
+            update_sessions(store, spark, session_dates=dates, settings=settings, run_id=name)
+            outcomes[name] = "committed"
+        except WriteConflictError:
+            outcomes[name] = "conflict"
+
+    runs = [
+        threading.Thread(target=run, args=("first", [day(0)])),
+        threading.Thread(target=run, args=("second", [day(0), day(1)])),
+    ]
+    for thread in runs:
+        thread.start()
+    for thread in runs:
+        thread.join()
+    assert sorted(outcomes.values()) == ["committed", "conflict"]
+    ids = [r.session_id for r in p.store.read(SESSIONS).collect()]
+    assert len(ids) == len(set(ids))
+
+    update_sessions(
+        p.store, spark, session_dates=[day(0), day(1)], settings=settings, run_id="next"
+    )
+    update_lifecycle(p.store, spark, through=day(1), settings=settings, run_id="next")
+    p.assert_equals_full_recompute()
+
+
+def test_a_failed_check_marks_its_dates_and_their_next_runs_heal_them(pipeline):
+    """A copy of a session and of an event (what unserialized writers leave) fail the
+    blocking checks; the checks mark the dates, the sensors' plans then hold them, and the
+    recompute derives them from their inputs again."""
+    from dagster import instance_for_test
+
+    from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENTS_MANIFEST, SESSIONS_MANIFEST
+    from sessionize_assets.partitions import RANGE_END, RANGE_START
+    from sessionize_assets.pipeline.manifests import (
+        event_dates_behind,
+        session_dates_behind,
+    )
+    from sessionize_tests.test_checks import checks_job
+
+    pipeline.land(day(0), [("a", "u", f"{day(0)} 08:00"), ("b", "u", f"{day(0)} 08:10")])
+    pipeline.process(day(0))
+    store = pipeline.store
+    run_id = str(uuid.uuid4())  # an unserialized writer's run
+    copy_of_session = store.read(SESSIONS).limit(1)
+    copy_of_event = store.read(EVENTS).limit(1)
+    for spec, frame in ((SESSIONS, copy_of_session), (EVENTS, copy_of_event)):
+        store.rewrite(spec, add=lambda f=frame: f, commit_metadata={"dagster_run_id": run_id})
+
+    job = checks_job(
+        pipeline.settings, {"unique_event_ids": "events", "no_overlapping_sessions": "sessions"}
+    )
+    with instance_for_test() as instance:
+        result = job.execute_in_process(
+            instance=instance,
+            raise_on_error=False,
+            run_id=run_id,
+            tags={RANGE_START: day(0).isoformat(), RANGE_END: day(0).isoformat()},
+        )
+    assert not result.success
+    assert {e.check_name for e in result.get_asset_check_evaluations() if not e.passed} == {
+        "unique_event_ids",
+        "no_overlapping_sessions",
+    }
+    behind = event_dates_behind(
+        store.read_arrow(BATCH_EVENT_DATES), store.read_arrow(EVENTS_MANIFEST)
+    )
+    assert list(behind) == [day(0)] and behind[day(0)].needs_recompute
+    stale = session_dates_behind(
+        store.read_arrow(EVENTS_MANIFEST),
+        store.read_arrow(SESSIONS_MANIFEST),
+        settings=pipeline.settings,
+    )
+    assert day(0) in stale
+
+    events = update_events(store, pipeline.spark, event_dates=list(behind), run_id="heal")
+    assert events.recomputed == [day(0)]
+    stale = session_dates_behind(
+        store.read_arrow(EVENTS_MANIFEST),
+        store.read_arrow(SESSIONS_MANIFEST),
+        settings=pipeline.settings,
+    )
+    update_sessions(
+        store, pipeline.spark, session_dates=stale, settings=pipeline.settings, run_id="heal"
+    )
+    pipeline.assert_equals_full_recompute()
+    assert store.read(SESSIONS).count() == 1 and store.read(EVENTS).count() == 2

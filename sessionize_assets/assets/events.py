@@ -43,77 +43,79 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
     )
     def events(context: AssetExecutionContext, config: RebuildConfig, lake: LakeResource):
         """Accepted events, deduplicated across batches, by the UTC day they happened."""
-        store = lake.store()
-        dates = [date.fromisoformat(key) for key in context.partition_keys]
-        before = store.row_counts(EVENTS, partitions=dates)
-        asked = set(dates)
-        spark = lake.spark.session()
-        with counting_jobs(spark, "events") as spark_jobs:
-            report = update_events(
-                store,
-                spark,
-                event_dates=dates,
-                run_id=context.run.run_id,
-                full_refresh=config.full_refresh,
-            )
-        jobs = spark_jobs()
-        context.log.info(
-            f"events: {len(report.updated)} of {len(dates)} dates had new input "
-            f"({len(report.recomputed)} recomputed), {report.raw_rows_read} raw rows read"
-        )
-        version = report.events_version if report.events_version is not None else -1
-        # The step's output, which the range's partitions all get from Dagster (and the asset
-        # checks wait for): only what is true of every partition.
-        yield MaterializeResult(
-            asset_key=EVENTS.name, metadata={"dagster/uri": MetadataValue.path(store.uri(EVENTS))}
-        )
-        # Then every date asked for (a backfill counts on it), and every other date whose rows
-        # moved because a copy of one of its ids was settled here (displaced or promoted),
-        # each with its own figures as the table holds them now.
-        reported = sorted({*dates, *report.also_changed})
-        after = store.row_counts(EVENTS, partitions=reported)
-        for day in reported:
-            key = day.isoformat()
-            rows = after.get(key, 0)
-            requested = day in asked
-            if day in report.updated:
-                what = (
-                    f" ({rows - before.get(key, 0):+d} in this run, from "
-                    f"{report.absorbed_by_date.get(day, 0)} new batch inputs)"
+        with lake.writer(context, step="events"):
+            store = lake.store()
+            dates = [date.fromisoformat(key) for key in context.partition_keys]
+            before = store.row_counts(EVENTS, partitions=dates)
+            asked = set(dates)
+            spark = lake.spark.session()
+            with counting_jobs(spark, "events") as spark_jobs:
+                report = update_events(
+                    store,
+                    spark,
+                    event_dates=dates,
+                    run_id=context.run.run_id,
+                    full_refresh=config.full_refresh,
                 )
-            elif requested:
-                what = " (nothing new in this run)"
-            else:
-                what = " (a copy of one of its ids moved to or from another date in this run)"
-            yield AssetMaterialization(
-                asset_key=EVENTS.name,
-                partition=key,
-                metadata={
-                    "dagster/row_count": rows,
-                    "dagster/uri": MetadataValue.path(store.uri(EVENTS)),
-                    "updated": day in report.updated,
-                    "recomputed": day in report.recomputed,
-                    "copies_moved": day in report.also_changed,
-                    **({"events_added": rows - before.get(key, 0)} if requested else {}),
-                    "batches": report.batches_by_date.get(day, 0),
-                    "batches_absorbed": report.absorbed_by_date.get(day, 0),
-                    "delta_version": version,
-                    "summary": MetadataValue.md(
-                        f"**{key}**: {rows} events"
-                        + what
-                        + (
-                            f"; {report.batches_by_date[day]} batches hold events of it."
-                            if requested
-                            else "."
-                        )
-                    ),
-                    **(
-                        run_figures({**_run_figures(report), "spark_jobs": jobs})
-                        if day == reported[-1]
-                        else {}
-                    ),
-                },
+            jobs = spark_jobs()
+            context.log.info(
+                f"events: {len(report.updated)} of {len(dates)} dates had new input "
+                f"({len(report.recomputed)} recomputed), {report.raw_rows_read} raw rows read"
             )
+            version = report.events_version if report.events_version is not None else -1
+            # The step's output, which the range's partitions all get from Dagster (and the asset
+            # checks wait for): only what is true of every partition.
+            yield MaterializeResult(
+                asset_key=EVENTS.name,
+                metadata={"dagster/uri": MetadataValue.path(store.uri(EVENTS))},
+            )
+            # Then every date asked for (a backfill counts on it), and every other date whose rows
+            # moved because a copy of one of its ids was settled here (displaced or promoted),
+            # each with its own figures as the table holds them now.
+            reported = sorted({*dates, *report.also_changed})
+            after = store.row_counts(EVENTS, partitions=reported)
+            for day in reported:
+                key = day.isoformat()
+                rows = after.get(key, 0)
+                requested = day in asked
+                if day in report.updated:
+                    what = (
+                        f" ({rows - before.get(key, 0):+d} in this run, from "
+                        f"{report.absorbed_by_date.get(day, 0)} new batch inputs)"
+                    )
+                elif requested:
+                    what = " (nothing new in this run)"
+                else:
+                    what = " (a copy of one of its ids moved to or from another date in this run)"
+                yield AssetMaterialization(
+                    asset_key=EVENTS.name,
+                    partition=key,
+                    metadata={
+                        "dagster/row_count": rows,
+                        "dagster/uri": MetadataValue.path(store.uri(EVENTS)),
+                        "updated": day in report.updated,
+                        "recomputed": day in report.recomputed,
+                        "copies_moved": day in report.also_changed,
+                        **({"events_added": rows - before.get(key, 0)} if requested else {}),
+                        "batches": report.batches_by_date.get(day, 0),
+                        "batches_absorbed": report.absorbed_by_date.get(day, 0),
+                        "delta_version": version,
+                        "summary": MetadataValue.md(
+                            f"**{key}**: {rows} events"
+                            + what
+                            + (
+                                f"; {report.batches_by_date[day]} batches hold events of it."
+                                if requested
+                                else "."
+                            )
+                        ),
+                        **(
+                            run_figures({**_run_figures(report), "spark_jobs": jobs})
+                            if day == reported[-1]
+                            else {}
+                        ),
+                    },
+                )
 
     return events
 

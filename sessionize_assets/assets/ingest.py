@@ -81,87 +81,94 @@ def build_ingest_assets(
         context: AssetExecutionContext, landing: LandingZoneResource, lake: LakeResource
     ):
         """Validate landing batches and replace their raw_events and rejected_events partitions."""
-        store = lake.store()
-        days = _batches_to_read(context, landing, store)
-        if not days:
-            return
-        files = {day: landing.batch_files(day) for day in days}
-        ignored = {day: landing.ignored_files(day) for day in days}
-        for day in days:
-            if not files[day]:
-                context.log.warning(f"no batch files at {landing.batch_dir(day)}: an empty batch")
-            if ignored[day]:
-                names = ", ".join(ignored[day])
-                context.log.warning(f"batch {day}: not batch files, ignored: {names}")
-        # Taken before the lines are read: a file replaced meanwhile shows as changed again.
-        fingerprints = {day: fingerprint(day, files[day]) for day in days}
-        spark = lake.spark.session()
-        try:
-            with counting_jobs(spark, "ingest") as spark_jobs:
-                result = ingest_batches(
-                    store,
-                    landing.read_lines(spark, days),
-                    fingerprints=fingerprints,
-                    settings=settings,
-                    run_id=context.run.run_id,
+        with lake.writer(context, step="ingest"):
+            store = lake.store()
+            days = _batches_to_read(context, landing, store)
+            if not days:
+                return
+            files = {day: landing.batch_files(day) for day in days}
+            ignored = {day: landing.ignored_files(day) for day in days}
+            for day in days:
+                if not files[day]:
+                    context.log.warning(
+                        f"no batch files at {landing.batch_dir(day)}: an empty batch"
+                    )
+                if ignored[day]:
+                    names = ", ".join(ignored[day])
+                    context.log.warning(f"batch {day}: not batch files, ignored: {names}")
+            # Taken before the lines are read: a file replaced meanwhile shows as changed again.
+            fingerprints = {day: fingerprint(day, files[day]) for day in days}
+            spark = lake.spark.session()
+            try:
+                with counting_jobs(spark, "ingest") as spark_jobs:
+                    result = ingest_batches(
+                        store,
+                        landing.read_lines(spark, days),
+                        fingerprints=fingerprints,
+                        settings=settings,
+                        run_id=context.run.run_id,
+                    )
+                jobs = spark_jobs()
+            except Exception as error:  # Spark's read errors reach Python as Py4J errors
+                path = unreadable_file(error)
+                if path is None:
+                    raise
+                # Every line is counted before the first commit: the read fails before it.
+                raise BatchFileError(
+                    f"cannot read batch file {path} (truncated or corrupt?): nothing of received "
+                    f"days {days[0]}..{days[-1]} was committed"
+                ) from error
+            rejected_rows = store.row_counts(REJECTED_EVENTS, partitions=days)
+            for day in days:
+                batch = result.batches[day]
+                late = lateness(batch)
+                late_events = batch.accepted - late.get("same day", 0)
+                context.log.info(
+                    f"batch {day}: {len(files[day])} files, {batch.accepted} accepted, "
+                    f"{batch.rejected} rejected, {late_events} late"
                 )
-            jobs = spark_jobs()
-        except Exception as error:  # Spark's read errors reach Python as Py4J errors
-            path = unreadable_file(error)
-            if path is None:
-                raise
-            # Every line is counted before the first commit: the read fails before it.
-            raise BatchFileError(
-                f"cannot read batch file {path} (truncated or corrupt?): nothing of received "
-                f"days {days[0]}..{days[-1]} was committed"
-            ) from error
-        rejected_rows = store.row_counts(REJECTED_EVENTS, partitions=days)
-        for day in days:
-            batch = result.batches[day]
-            late = lateness(batch)
-            late_events = batch.accepted - late.get("same day", 0)
-            context.log.info(
-                f"batch {day}: {len(files[day])} files, {batch.accepted} accepted, "
-                f"{batch.rejected} rejected, {late_events} late"
-            )
-            yield AssetMaterialization(
-                asset_key=RAW_EVENTS.name,
-                partition=day.isoformat(),
-                metadata=_raw_metadata(batch, late)
-                | {
-                    "files": len(files[day]),
-                    "ignored_files": MetadataValue.json(ignored[day]),
-                    "batch_fingerprint": fingerprints[day].digest,
-                    "batch_bytes": fingerprints[day].total_bytes,
-                    "dagster/uri": MetadataValue.path(store.uri(RAW_EVENTS)),
-                    "delta_version": result.raw.version if result.raw.version is not None else -1,
-                    "index_version": result.index.version
-                    if result.index.version is not None
-                    else -1,
-                    # What the late-data sensor requests: dates the batch holds now or held before.
-                    "touched_event_dates": MetadataValue.json(
-                        [d.isoformat() for d in batch.touched_event_dates]
-                    ),
-                    **(run_figures({"spark_jobs": jobs}) if day == days[-1] else {}),
-                },
-            )
-            yield AssetMaterialization(
-                asset_key=REJECTED_EVENTS.name,
-                partition=day.isoformat(),
-                metadata={
-                    # The partition also holds this batch's cross-batch duplicates (from events).
-                    "dagster/row_count": rejected_rows.get(day.isoformat(), 0),
-                    "rejected_at_ingestion": batch.rejected,
-                    "rejected_by_reason": MetadataValue.json(batch.rejected_by_reason),
-                    "dagster/uri": MetadataValue.path(store.uri(REJECTED_EVENTS)),
-                    "delta_version": result.rejected.version
-                    if result.rejected.version is not None
-                    else -1,
-                    "summary": MetadataValue.md(
-                        markdown_table(batch.rejected_by_reason, key="reason", value="lines")
-                    ),
-                },
-            )
+                yield AssetMaterialization(
+                    asset_key=RAW_EVENTS.name,
+                    partition=day.isoformat(),
+                    metadata=_raw_metadata(batch, late)
+                    | {
+                        "files": len(files[day]),
+                        "ignored_files": MetadataValue.json(ignored[day]),
+                        "batch_fingerprint": fingerprints[day].digest,
+                        "batch_bytes": fingerprints[day].total_bytes,
+                        "dagster/uri": MetadataValue.path(store.uri(RAW_EVENTS)),
+                        "delta_version": result.raw.version
+                        if result.raw.version is not None
+                        else -1,
+                        "index_version": result.index.version
+                        if result.index.version is not None
+                        else -1,
+                        # What the late-data sensor requests: dates the batch holds now or held
+                        # before.
+                        "touched_event_dates": MetadataValue.json(
+                            [d.isoformat() for d in batch.touched_event_dates]
+                        ),
+                        **(run_figures({"spark_jobs": jobs}) if day == days[-1] else {}),
+                    },
+                )
+                yield AssetMaterialization(
+                    asset_key=REJECTED_EVENTS.name,
+                    partition=day.isoformat(),
+                    metadata={
+                        # The partition also holds this batch's cross-batch duplicates (from
+                        # events).
+                        "dagster/row_count": rejected_rows.get(day.isoformat(), 0),
+                        "rejected_at_ingestion": batch.rejected,
+                        "rejected_by_reason": MetadataValue.json(batch.rejected_by_reason),
+                        "dagster/uri": MetadataValue.path(store.uri(REJECTED_EVENTS)),
+                        "delta_version": result.rejected.version
+                        if result.rejected.version is not None
+                        else -1,
+                        "summary": MetadataValue.md(
+                            markdown_table(batch.rejected_by_reason, key="reason", value="lines")
+                        ),
+                    },
+                )
 
     return ingest_batch
 

@@ -79,96 +79,103 @@ def build_lifecycle_assets(
             AssetCheckSpec(
                 "snapshot_balances",
                 asset=USER_LIFECYCLE_SNAPSHOT.name,
+                blocking=True,
                 description="Each day has the five states, and users = the day before + "
                 "entered - exited.",
             ),
             AssetCheckSpec(
                 "snapshot_matches_intervals",
                 asset=USER_LIFECYCLE_SNAPSHOT.name,
+                blocking=True,
                 description="The last day's users per state are the current stretches in it.",
             ),
         ],
     )
     def user_lifecycle(context: AssetExecutionContext, lake: LakeResource):
         """Restate the users whose sessions changed and move the snapshot days that change."""
-        store = lake.store()
-        through = date.fromisoformat(context.partition_keys[-1])
-        spark = lake.spark.session()
-        with counting_jobs(spark, "lifecycle") as spark_jobs:
-            report = update_lifecycle(
-                store,
-                spark,
-                through=through,
-                settings=settings,
-                run_id=context.run.run_id,
+        with lake.writer(context, step="lifecycle"):
+            store = lake.store()
+            through = date.fromisoformat(context.partition_keys[-1])
+            spark = lake.spark.session()
+            with counting_jobs(spark, "lifecycle") as spark_jobs:
+                report = update_lifecycle(
+                    store,
+                    spark,
+                    through=through,
+                    settings=settings,
+                    run_id=context.run.run_id,
+                )
+            jobs = spark_jobs()
+            context.log.info(
+                f"lifecycle through {report.as_of}: {report.users_restated} users restated"
+                f"{' from the start' if report.restated_from_start else ''}, "
+                f"{report.users_changed} changed ({report.intervals_removed} interval rows "
+                f"removed, {report.intervals_added} added); snapshot days written: "
+                + (
+                    f"{report.days[0]}..{report.days[-1]} ({len(report.days)})"
+                    if report.days
+                    else "none"
+                )
             )
-        jobs = spark_jobs()
-        context.log.info(
-            f"lifecycle through {report.as_of}: {report.users_restated} users restated"
-            f"{' from the start' if report.restated_from_start else ''}, "
-            f"{report.users_changed} changed ({report.intervals_removed} interval rows removed, "
-            f"{report.intervals_added} added); snapshot days written: "
-            + (
-                f"{report.days[0]}..{report.days[-1]} ({len(report.days)})"
-                if report.days
-                else "none"
-            )
-        )
-        # Every day the run was asked for, and every day it rewrote, is reported with its
-        # figures as they are in the table now (a day it did not need to change included, so a
-        # backfill sees each of its partitions materialized). A day it neither was asked for
-        # nor rewrote keeps its materialization, whose figures are still the day's content.
-        asked = {date.fromisoformat(key) for key in context.partition_keys}
-        days = sorted(asked | set(report.days))
-        # Five rows a day: read whole once, for the days' figures, the trend and the checks.
-        snapshot = store.read_arrow(USER_LIFECYCLE_SNAPSHOT)
-        since = min(days[0], days[-1] - timedelta(days=TREND_DAYS))
-        counts = {
-            (r["snapshot_date"], r["state"]): (r["users"], r["entered"], r["exited"])
-            for r in snapshot.to_pylist()
-            if since <= r["snapshot_date"] <= days[-1]
-        }
-        history = {key: users for key, (users, _, _) in counts.items()}
-        rewritten = set(report.days)
-        for day in days:
-            last = day == days[-1]
-            figures = {state: counts.get((day, state), (0, 0, 0)) for state in STATES}
-            on_hand = sum(users for users, _, _ in figures.values())
-            # One materialization per day, with that day's own figures: the Plots tab then
-            # shows users per state per day.
-            yield AssetMaterialization(
-                asset_key=USER_LIFECYCLE_SNAPSHOT.name,
-                partition=day.isoformat(),
-                metadata={
-                    **{f"users_{state}": figures[state][0] for state in STATES},
-                    "users_on_hand": on_hand,
-                    "moves_in": sum(entered for _, entered, _ in figures.values()),
-                    "moves_out": sum(exited for _, _, exited in figures.values()),
-                    "rewritten": day in rewritten,
-                    "dagster/row_count": sum(1 for state in STATES if (day, state) in counts),
-                    "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_SNAPSHOT)),
-                    "delta_version": report.snapshot_version or 0,
-                    # The trend shows other days, which a later run can rewrite without
-                    # reporting this one again: only the last day reported carries it.
-                    "summary": MetadataValue.md(
-                        _day_markdown(day, figures)
-                        + ("\n\n" + _trend_markdown(history, day) if last else "")
-                    ),
-                },
-            )
-            yield AssetMaterialization(
-                asset_key=USER_LIFECYCLE_STATE.name,
-                partition=day.isoformat(),
-                metadata={
-                    # This day's rows in the per-user-per-day view (one per user).
-                    "users_with_a_state": on_hand,
-                    "rewritten": day in rewritten,
-                    "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
-                    "delta_version": report.state_version or 0,
-                    **(run_figures({**_run_figures(report), "spark_jobs": jobs}) if last else {}),
-                },
-            )
-        yield from _checks(snapshot, store, report)
+            # Every day the run was asked for, and every day it rewrote, is reported with its
+            # figures as they are in the table now (a day it did not need to change included, so a
+            # backfill sees each of its partitions materialized). A day it neither was asked for
+            # nor rewrote keeps its materialization, whose figures are still the day's content.
+            asked = {date.fromisoformat(key) for key in context.partition_keys}
+            days = sorted(asked | set(report.days))
+            # Five rows a day: read whole once, for the days' figures, the trend and the checks.
+            snapshot = store.read_arrow(USER_LIFECYCLE_SNAPSHOT)
+            since = min(days[0], days[-1] - timedelta(days=TREND_DAYS))
+            counts = {
+                (r["snapshot_date"], r["state"]): (r["users"], r["entered"], r["exited"])
+                for r in snapshot.to_pylist()
+                if since <= r["snapshot_date"] <= days[-1]
+            }
+            history = {key: users for key, (users, _, _) in counts.items()}
+            rewritten = set(report.days)
+            for day in days:
+                last = day == days[-1]
+                figures = {state: counts.get((day, state), (0, 0, 0)) for state in STATES}
+                on_hand = sum(users for users, _, _ in figures.values())
+                # One materialization per day, with that day's own figures: the Plots tab then
+                # shows users per state per day.
+                yield AssetMaterialization(
+                    asset_key=USER_LIFECYCLE_SNAPSHOT.name,
+                    partition=day.isoformat(),
+                    metadata={
+                        **{f"users_{state}": figures[state][0] for state in STATES},
+                        "users_on_hand": on_hand,
+                        "moves_in": sum(entered for _, entered, _ in figures.values()),
+                        "moves_out": sum(exited for _, _, exited in figures.values()),
+                        "rewritten": day in rewritten,
+                        "dagster/row_count": sum(1 for state in STATES if (day, state) in counts),
+                        "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_SNAPSHOT)),
+                        "delta_version": report.snapshot_version or 0,
+                        # The trend shows other days, which a later run can rewrite without
+                        # reporting this one again: only the last day reported carries it.
+                        "summary": MetadataValue.md(
+                            _day_markdown(day, figures)
+                            + ("\n\n" + _trend_markdown(history, day) if last else "")
+                        ),
+                    },
+                )
+                yield AssetMaterialization(
+                    asset_key=USER_LIFECYCLE_STATE.name,
+                    partition=day.isoformat(),
+                    metadata={
+                        # This day's rows in the per-user-per-day view (one per user).
+                        "users_with_a_state": on_hand,
+                        "rewritten": day in rewritten,
+                        "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
+                        "delta_version": report.state_version or 0,
+                        **(
+                            run_figures({**_run_figures(report), "spark_jobs": jobs})
+                            if last
+                            else {}
+                        ),
+                    },
+                )
+            yield from _checks(snapshot, store, report)
 
     return user_lifecycle
 

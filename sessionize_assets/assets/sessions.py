@@ -68,76 +68,77 @@ def build_sessions_assets(
     )
     def sessionize(context: AssetExecutionContext, config: RebuildConfig, lake: LakeResource):
         """Recompute the sessions of users whose events changed, and log the corrections."""
-        store = lake.store()
-        dates = [date.fromisoformat(key) for key in context.partition_keys]
-        spark = lake.spark.session()
-        with counting_jobs(spark, "sessions") as spark_jobs:
-            report = update_sessions(
-                store,
-                spark,
-                session_dates=dates,
-                settings=settings,
-                run_id=context.run.run_id,
-                full_refresh=config.full_refresh,
-            )
-        jobs = spark_jobs()
-        context.log.info(
-            f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
-            f"({len(report.recomputed)} recomputed for every user); the sessions of "
-            f"{report.users_recomputed} users recomputed on {report.pairs_recomputed} "
-            f"(user, date) pairs; sessions changed on {len(report.changed)} dates"
-        )
-        version = report.sessions_version if report.sessions_version is not None else -1
-        # The step's outputs, which the range's partitions all get from Dagster (and the asset
-        # checks wait for): only what is true of every partition.
-        tables = (SESSIONS, SESSION_QUARANTINE, SESSION_CHANGES)
-        for table in tables:
-            yield MaterializeResult(
-                asset_key=table.name,
-                metadata={"dagster/uri": MetadataValue.path(store.uri(table))},
-            )
-        # Then every date asked for (a backfill counts on it), each with its own figures as
-        # the tables hold them now; `changed` says whether this run changed it.
-        rows = {table: store.row_counts(table, partitions=dates) for table in tables}
-        for day in dates:
-            key = day.isoformat()
-            change = report.changes_by_date.get(day, NO_CHANGE)
-            own = {
-                SESSIONS: {
-                    "sessions_inserted": change.inserted,
-                    "sessions_replaced": change.replaced,
-                    "sessions_removed": change.removed,
-                    "users_changed": change.users,
-                    "summary": MetadataValue.md(
-                        _day_summary(key, rows[SESSIONS].get(key, 0), change)
-                    ),
-                    **(
-                        run_figures({**_run_figures(report), "spark_jobs": jobs})
-                        if day == dates[-1]
-                        else {}
-                    ),
-                },
-                SESSION_QUARANTINE: {},
-                # A replaced session is logged twice: removed, then added.
-                SESSION_CHANGES: {
-                    "rows_logged": change.inserted + 2 * change.replaced + change.removed
-                },
-            }
-            for table in tables:
-                yield AssetMaterialization(
-                    asset_key=table.name,
-                    partition=key,
-                    metadata={
-                        "dagster/row_count": rows[table].get(key, 0),
-                        "dagster/uri": MetadataValue.path(store.uri(table)),
-                        # Read by the lifecycle sensor: the snapshot is corrected from these.
-                        "changed": day in report.changed,
-                        "updated": day in report.updated,
-                        "recomputed": day in report.recomputed,
-                        "delta_version": version,
-                        **own[table],
-                    },
+        with lake.writer(context, step="sessions"):
+            store = lake.store()
+            dates = [date.fromisoformat(key) for key in context.partition_keys]
+            spark = lake.spark.session()
+            with counting_jobs(spark, "sessions") as spark_jobs:
+                report = update_sessions(
+                    store,
+                    spark,
+                    session_dates=dates,
+                    settings=settings,
+                    run_id=context.run.run_id,
+                    full_refresh=config.full_refresh,
                 )
+            jobs = spark_jobs()
+            context.log.info(
+                f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
+                f"({len(report.recomputed)} recomputed for every user); the sessions of "
+                f"{report.users_recomputed} users recomputed on {report.pairs_recomputed} "
+                f"(user, date) pairs; sessions changed on {len(report.changed)} dates"
+            )
+            version = report.sessions_version if report.sessions_version is not None else -1
+            # The step's outputs, which the range's partitions all get from Dagster (and the asset
+            # checks wait for): only what is true of every partition.
+            tables = (SESSIONS, SESSION_QUARANTINE, SESSION_CHANGES)
+            for table in tables:
+                yield MaterializeResult(
+                    asset_key=table.name,
+                    metadata={"dagster/uri": MetadataValue.path(store.uri(table))},
+                )
+            # Then every date asked for (a backfill counts on it), each with its own figures as
+            # the tables hold them now; `changed` says whether this run changed it.
+            rows = {table: store.row_counts(table, partitions=dates) for table in tables}
+            for day in dates:
+                key = day.isoformat()
+                change = report.changes_by_date.get(day, NO_CHANGE)
+                own = {
+                    SESSIONS: {
+                        "sessions_inserted": change.inserted,
+                        "sessions_replaced": change.replaced,
+                        "sessions_removed": change.removed,
+                        "users_changed": change.users,
+                        "summary": MetadataValue.md(
+                            _day_summary(key, rows[SESSIONS].get(key, 0), change)
+                        ),
+                        **(
+                            run_figures({**_run_figures(report), "spark_jobs": jobs})
+                            if day == dates[-1]
+                            else {}
+                        ),
+                    },
+                    SESSION_QUARANTINE: {},
+                    # A replaced session is logged twice: removed, then added.
+                    SESSION_CHANGES: {
+                        "rows_logged": change.inserted + 2 * change.replaced + change.removed
+                    },
+                }
+                for table in tables:
+                    yield AssetMaterialization(
+                        asset_key=table.name,
+                        partition=key,
+                        metadata={
+                            "dagster/row_count": rows[table].get(key, 0),
+                            "dagster/uri": MetadataValue.path(store.uri(table)),
+                            # Read by the lifecycle sensor: the snapshot is corrected from these.
+                            "changed": day in report.changed,
+                            "updated": day in report.updated,
+                            "recomputed": day in report.recomputed,
+                            "delta_version": version,
+                            **own[table],
+                        },
+                    )
 
     return sessionize
 

@@ -3,11 +3,19 @@
 The lifecycle's checks run inside its asset (`assets/lifecycle.py`), on what each run wrote.
 
 With a materialization a check reads what its run wrote; alone, the whole table (`scope.py`).
+
+Every check is blocking: when it fails, its run fails (and what depends on the asset in that
+run is not computed), so neither a run nor `sessionize replay` passes it for a success. It
+also marks the dates of the offending rows to be derived again from their inputs
+(`manifests.recompute_event_dates` / `recompute_session_dates`): the sensors then ask for
+them, and the recompute heals them. A check holds the lake's writer lock while it reads, so no
+run commits between its reads of tables that must agree.
 """
 
 import math
-from datetime import timedelta
-from functools import partial
+from collections.abc import Callable
+from datetime import date, timedelta
+from functools import wraps
 from typing import Any
 
 from dagster import (
@@ -46,11 +54,30 @@ from sessionize_assets.lake.tables import (
 from sessionize_assets.partitions import days_around
 from sessionize_assets.pipeline.event_ids import copies_of
 from sessionize_assets.pipeline.keyed_reads import read_by_keys
-from sessionize_assets.pipeline.manifests import batch_inputs
+from sessionize_assets.pipeline.manifests import (
+    batch_inputs,
+    recompute_event_dates,
+    recompute_session_dates,
+)
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
 
-lake_check = partial(asset_check, required_resource_keys={"lake"})
+Check = Callable[[AssetCheckExecutionContext], AssetCheckResult]
+
+
+def lake_check(**kwargs: Any) -> Callable[[Check], AssetChecksDefinition]:
+    """`asset_check` for a blocking check of the lake, run holding the lake's writer lock."""
+
+    def decorate(check: Check) -> AssetChecksDefinition:
+        @wraps(check)
+        def held(context: AssetCheckExecutionContext) -> AssetCheckResult:
+            lake: LakeResource = context.resources.lake
+            with lake.writer(context, step=f"check {check.__name__}"):
+                return check(context)
+
+        return asset_check(required_resource_keys={"lake"}, blocking=True, **kwargs)(held)
+
+    return decorate
 
 
 def check_result(finding: Finding, what: str, **kwargs: Any) -> AssetCheckResult:
@@ -62,8 +89,36 @@ def check_result(finding: Finding, what: str, **kwargs: Any) -> AssetCheckResult
             "violations": finding.violations,
             "sample": MetadataValue.json(finding.sample),
             "what": what,
+            "dates": MetadataValue.json([day.isoformat() for day in finding.dates]),
         },
     )
+
+
+def healing_result(
+    context: AssetCheckExecutionContext,
+    store: DeltaStore,
+    finding: Finding,
+    what: str,
+    *,
+    recompute: Callable[[DeltaStore, list[date], str], None],
+) -> AssetCheckResult:
+    """`check_result`, after marking the failing dates to be derived again (`recompute`)."""
+    if finding.dates:
+        recompute(store, finding.dates, context.run.run_id)
+        context.log.warning(
+            f"{finding.violations} {what} on {len(finding.dates)} dates "
+            f"({finding.dates[0]}..{finding.dates[-1]}): marked to be recomputed from their "
+            "inputs; the sensors ask for them"
+        )
+    return check_result(finding, what)
+
+
+def _events_again(store: DeltaStore, dates: list[date], run_id: str) -> None:
+    recompute_event_dates(store, event_dates=dates, run_id=run_id)
+
+
+def _sessions_again(store: DeltaStore, dates: list[date], run_id: str) -> None:
+    recompute_session_dates(store, session_dates=dates, run_id=run_id)
 
 
 def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
@@ -82,9 +137,12 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         added = added_rows(context, lake_store, EVENTS)
         if added is None:
             dates = checked_dates(context, lake_store, EVENTS)
-            return check_result(
+            return healing_result(
+                context,
+                lake_store,
                 duplicate_event_ids(lake_store.read(EVENTS, partitions=dates)),
                 "duplicated event ids",
+                recompute=_events_again,
             )
         # The ids the run added, and every copy of them in `events` on any date: the id index
         # names the dates their copies are on, where they are found by id.
@@ -100,7 +158,13 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             lookup = read_by_keys(
                 lake_store, EVENTS, wanted=wanted, key="event_id", columns=wanted.columns
             )
-            return check_result(duplicate_event_ids(lookup.rows), "duplicated event ids")
+            return healing_result(
+                context,
+                lake_store,
+                duplicate_event_ids(lookup.rows),
+                "duplicated event ids",
+                recompute=_events_again,
+            )
         finally:
             wanted.unpersist()
             added.unpersist()
@@ -114,11 +178,23 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             None if added is None else sessions_near(lake_store, added, before=reach, after=reach)
         )
         if near is not None:
-            return check_result(overlapping_sessions(near), "overlapping sessions")
+            return healing_result(
+                context,
+                lake_store,
+                overlapping_sessions(near),
+                "overlapping sessions",
+                recompute=_sessions_again,
+            )
         dates = checked_dates(context, lake_store, SESSIONS)
         around = None if dates is None else days_around(dates, before=reach, after=reach)
         sessions = lake_store.read(SESSIONS, partitions=around)
-        return check_result(overlapping_sessions(sessions, dates=dates), "overlapping sessions")
+        return healing_result(
+            context,
+            lake_store,
+            overlapping_sessions(sessions, dates=dates),
+            "overlapping sessions",
+            recompute=_sessions_again,
+        )
 
     @lake_check(
         asset="sessions",
@@ -131,7 +207,9 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             dates = checked_dates(context, lake_store, SESSIONS)
             sessions = lake_store.read(SESSIONS, partitions=dates)
         finding = malformed_sessions(sessions, max_length=settings.max_session_length)
-        return check_result(finding, "malformed sessions")
+        return healing_result(
+            context, lake_store, finding, "malformed sessions", recompute=_sessions_again
+        )
 
     @lake_check(
         asset="session_quarantine",
@@ -162,8 +240,12 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 sessions = near.join(F.broadcast(pairs.distinct()), on=pair, how="left_semi")
         if sessions is None:  # alone, or too many pairs to look up: the dates whole
             sessions = lake_store.read(SESSIONS, partitions=dates)
-        return check_result(
-            quarantine_mismatch(sessions, quarantine), "session ids in one place only"
+        return healing_result(
+            context,
+            lake_store,
+            quarantine_mismatch(sessions, quarantine),
+            "session ids in one place only",
+            recompute=_sessions_again,
         )
 
     @lake_check(
@@ -187,7 +269,13 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             events = lake_store.read(EVENTS, partitions=dates)
             rejected = lake_store.read(REJECTED_EVENTS, partitions=batches).where(on_dates)
         finding = unaccounted_lines(raw, events, rejected)
-        return check_result(finding, "inputs whose rows do not add up")
+        return healing_result(
+            context,
+            lake_store,
+            finding,
+            "inputs whose rows do not add up",
+            recompute=_events_again,
+        )
 
     return [
         unique_event_ids,

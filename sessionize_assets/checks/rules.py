@@ -7,11 +7,11 @@ them (the whole table, or what a run wrote) is decided in `scope.py`.
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.transforms.lifecycle import STATES
@@ -22,27 +22,40 @@ _SAMPLE = 5
 
 @dataclass(frozen=True)
 class Finding:
-    """Offending rows (none means the invariant holds) and a few of them to show."""
+    """Offending rows (none means the invariant holds), a few of them to show, and the
+    partitions they are in (what a recompute must heal)."""
 
     violations: int
     sample: list[str]
+    dates: list[date] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return self.violations == 0
 
 
-def _finding(bad: DataFrame, describe: Callable[[object], str]) -> Finding:
+def _finding(bad: DataFrame, describe: Callable[[object], str], *, dates: Column) -> Finding:
+    """The rows of `bad`; `dates` is an array of the partition dates of each (read only when
+    there are violations: a passing check costs one job)."""
     bad = bad.cache()
     try:
-        return Finding(bad.count(), [describe(r) for r in bad.limit(_SAMPLE).collect()])
+        violations = bad.count()
+        if not violations:
+            return Finding(0, [])
+        sample = [describe(r) for r in bad.limit(_SAMPLE).collect()]
+        held = bad.select(F.explode(dates).alias("day")).distinct().collect()
+        return Finding(violations, sample, sorted(r.day for r in held if r.day is not None))
     finally:
         bad.unpersist()
 
 
 def duplicate_event_ids(events: DataFrame) -> Finding:
-    bad = events.groupBy("event_id").count().where(F.col("count") > 1)
-    return _finding(bad, lambda r: f"{r.event_id} x{r['count']}")
+    bad = (
+        events.groupBy("event_id")
+        .agg(F.count(F.lit(1)).alias("count"), F.collect_set("event_date").alias("dates"))
+        .where(F.col("count") > 1)
+    )
+    return _finding(bad, lambda r: f"{r.event_id} x{r['count']}", dates=F.col("dates"))
 
 
 def overlapping_sessions(sessions: DataFrame, *, dates: list[date] | None = None) -> Finding:
@@ -58,7 +71,11 @@ def overlapping_sessions(sessions: DataFrame, *, dates: list[date] | None = None
     )
     if dates is not None:
         bad = bad.where(F.col("session_date").isin(dates) | F.col("next_date").isin(dates))
-    return _finding(bad, lambda r: f"{r.user_id}: {r.session_start}..{r.session_end}")
+    return _finding(
+        bad,
+        lambda r: f"{r.user_id}: {r.session_start}..{r.session_end}",
+        dates=F.array("session_date", "next_date"),
+    )
 
 
 def malformed_sessions(sessions: DataFrame, *, max_length: timedelta) -> Finding:
@@ -70,15 +87,17 @@ def malformed_sessions(sessions: DataFrame, *, max_length: timedelta) -> Finding
         | (F.to_date("session_start") != F.col("session_date"))
     )
     return _finding(
-        bad, lambda r: f"{r.session_id}: {r.session_start}..{r.session_end} n={r.event_count}"
+        bad,
+        lambda r: f"{r.session_id}: {r.session_start}..{r.session_end} n={r.event_count}",
+        dates=F.array("session_date"),
     )
 
 
 def quarantine_mismatch(sessions: DataFrame, quarantine: DataFrame) -> Finding:
-    flagged = sessions.where("is_quarantined").select("session_id")
-    listed = quarantine.select("session_id")
+    flagged = sessions.where("is_quarantined").select("session_id", "session_date")
+    listed = quarantine.select("session_id", "session_date")
     bad = flagged.exceptAll(listed).unionByName(listed.exceptAll(flagged))
-    return _finding(bad, lambda r: str(r.session_id))
+    return _finding(bad, lambda r: str(r.session_id), dates=F.array("session_date"))
 
 
 def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) -> Finding:
@@ -101,6 +120,7 @@ def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) ->
         lambda r: (
             f"{r.received_date} -> {r.event_date}: raw {r.raw} != {r.events} + {r.duplicates}"
         ),
+        dates=F.array("event_date"),
     )
 
 

@@ -51,6 +51,7 @@ from sessionize_assets.lake.log_files import (
 from sessionize_assets.lake.maintenance import STAGING_DIR, maintain_table
 from sessionize_assets.lake.parquet_files import read_files, stage_arrow
 from sessionize_assets.lake.store import (
+    NOT_CREATED,
     AppTransaction,
     CommitInfo,
     FileChange,
@@ -102,6 +103,10 @@ class EmbeddedDeltaStore:
     def version(self, spec: TableSpec) -> int | None:
         table = self._table(spec)
         return None if table is None else table.version()
+
+    def read_version(self, spec: TableSpec) -> int:
+        version = self.version(spec)
+        return NOT_CREATED if version is None else version
 
     def applied_version(self, spec: TableSpec, app_id: str) -> int | None:
         table = self._table(spec)
@@ -448,7 +453,13 @@ class EmbeddedDeltaStore:
                     RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
                     for path, v, size in touched
                 ]
-                check_unchanged(self.path(spec), spec, table, written, read_version)
+                check_unchanged(
+                    self.path(spec),
+                    spec,
+                    table,
+                    None if app_transactions else written,
+                    read_version,
+                )
                 table.create_write_transaction(
                     [*adds, *removes],
                     mode="append",
@@ -588,7 +599,13 @@ class EmbeddedDeltaStore:
             table = self._table(spec)
             if table is None:
                 raise LakeError(f"{spec.name}: table vanished at {self.path(spec)}")
-            check_unchanged(self.path(spec), spec, table, targets, read_version)
+            check_unchanged(
+                self.path(spec),
+                spec,
+                table,
+                None if properties.app_transactions else targets,
+                read_version,
+            )
             removed = len(self.live_files(spec, partitions=targets))
             try:
                 table.create_write_transaction(

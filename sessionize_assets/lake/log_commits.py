@@ -43,21 +43,25 @@ def check_unchanged(
     root: Path,
     spec: TableSpec,
     table: DeltaTable,
-    partitions: Iterable[str],
+    partitions: Iterable[str] | None,
     read_version: int | None,
 ) -> None:
     """Raise `WriteConflictError` if a commit after `read_version` changed one of these
-    partitions (nothing to check without a read version)."""
+    partitions (None: any partition, for a commit whose app transactions mark the whole
+    table). Nothing to check without a read version; `NOT_CREATED` checks every commit since
+    the table was created, appends included."""
     if read_version is None or table.version() <= read_version:
         return
-    wanted = set(partitions)
     changes = logged_changes(root, spec, since_version=read_version, through=table.version())
     if changes is None:
         raise WriteConflictError(
             f"{spec.name}: the log since version {read_version}, which this run read, is "
             "gone; nothing was committed: run again to work from the current version"
         )
-    clashes = sorted({(c.version, c.partition) for c in changes if c.partition in wanted})
+    wanted = None if partitions is None else set(partitions)
+    clashes = sorted(
+        {(c.version, c.partition) for c in changes if wanted is None or c.partition in wanted}
+    )
     if clashes:
         versions = sorted({v for v, _ in clashes})
         dates = sorted({p for _, p in clashes})

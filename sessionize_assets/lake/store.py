@@ -27,6 +27,12 @@ class WriteConflictError(LakeError):
     """
 
 
+NOT_CREATED = -1
+"""The read version of a table that did not exist when a run read it. A commit made against it
+is checked against every commit since the table was created: two runs that both found the
+table missing cannot both append the same new rows (`None` means no check at all)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TableSpec:
     """A Delta table: its name (folder under the lake), Spark schema and partition column."""
@@ -157,9 +163,10 @@ class DeltaStore(Protocol):
 
         Partitions listed but absent from `df` become empty; a row outside `partitions` is an
         error and nothing is committed. `read_version` is the version of this table that `df`
-        was derived from (a read-modify-write): if a later commit changed one of `partitions`,
-        nothing is committed and `WriteConflictError` is raised. The check and the commit are
-        one step: the commit is made at the version checked, or checked again.
+        was derived from (a read-modify-write, `read_version(spec)`): if a later commit changed
+        one of `partitions`, nothing is committed and `WriteConflictError` is raised; with
+        `app_transactions` (marks of the whole table), any later commit does. The check and the
+        commit are one step: the commit is made at the version checked, or checked again.
         """
         ...
 
@@ -298,6 +305,11 @@ class DeltaStore(Protocol):
         ...
 
     def version(self, spec: TableSpec) -> int | None: ...
+
+    def read_version(self, spec: TableSpec) -> int:
+        """The version a run reads `spec` at, for its later commits' `read_version`:
+        `NOT_CREATED` when the table does not exist yet."""
+        ...
 
     def applied_version(self, spec: TableSpec, app_id: str) -> int | None:
         """The version the latest `AppTransaction` of `app_id` recorded (None: never)."""

@@ -29,15 +29,19 @@ def diff_sessions(old: DataFrame, new: DataFrame) -> DataFrame:
     """Old rows that are gone or changed (`removed`), new rows that are new or changed.
 
     Rows are matched by session_id (unique: a hash of the user and the session's start) in
-    one join, and a pair that differs in any column yields both sides.
+    one join, and a pair that differs in any column yields both sides. An old session_id held
+    twice (writers that raced without a conflict check) differs too: rewriting its pair leaves
+    one row.
     """
     columns = SESSIONS.schema.fieldNames()
-    sides = [
-        side.select("session_id", F.struct(*columns).alias(name))
-        for side, name in ((old, "_old"), (new, "_new"))
-    ]
-    joined = sides[0].join(sides[1], on="session_id", how="full_outer")
-    differs = joined.where(~F.col("_old").eqNullSafe(F.col("_new")))
+    held = old.groupBy("session_id").agg(
+        F.min(F.struct(*columns)).alias("_old"), F.count(F.lit(1)).alias("_copies")
+    )
+    added = new.select("session_id", F.struct(*columns).alias("_new"))
+    joined = held.join(added, on="session_id", how="full_outer")
+    differs = joined.where(
+        ~F.col("_old").eqNullSafe(F.col("_new")) | (F.coalesce(F.col("_copies"), F.lit(1)) > 1)
+    )
 
     def entry(name: str, change: str) -> Column:
         fields = [F.col(f"{name}.{c}").alias(c) for c in columns]
@@ -74,9 +78,12 @@ def log_commit(
     committed in between and has not logged yet), every unlogged version is logged from the
     Delta log instead, this one included.
     """
+    read = store.read_version(SESSION_CHANGES)
     if _logged_through(store) == sessions_version - 1:
         rows = _change_rows(diff, commit_version=sessions_version, run_id=run_id)
-        _log_changes(store, rows, sessions_version=sessions_version, commit_metadata=tags)
+        _log_changes(
+            store, rows, sessions_version=sessions_version, commit_metadata=tags, read_version=read
+        )
     else:
         log_unlogged_versions(store, spark, run_id=run_id, tags=tags)
 
@@ -87,14 +94,19 @@ def _log_changes(
     *,
     sessions_version: int,
     commit_metadata: Mapping[str, str],
+    read_version: int,
 ) -> CommitInfo:
     """Append the `session_changes` rows of the sessions commit `sessions_version`, marking
-    the log as holding every sessions version through it."""
+    the log as holding every sessions version through it.
+
+    Made against `read_version`, the log's version when its mark was read: a run that logged
+    in between (the same versions, or a later mark) fails it with `WriteConflictError`."""
     return store.rewrite(
         SESSION_CHANGES,
         add=lambda: changes,
         commit_metadata=commit_metadata,
         app_transactions=[AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version)],
+        read_version=read_version,
     )
 
 
@@ -105,6 +117,7 @@ def log_unlogged_versions(
     current = store.version(SESSIONS)
     if current is None:
         return []
+    read = store.read_version(SESSION_CHANGES)
     logged = _logged_through(store)
     found = []
     for version in range(logged + 1, current + 1):
@@ -124,12 +137,14 @@ def log_unlogged_versions(
             found.append(version)
         # The last version is marked even without a change (a maintenance commit, say).
         if changed or version == current:
-            _log_changes(
+            logged_now = _log_changes(
                 store,
                 _change_rows(diff, commit_version=version, run_id=run_id),
                 sessions_version=version,
                 commit_metadata=tags,
+                read_version=read,
             )
+            read = read if logged_now.version is None else logged_now.version  # its own commit
     return found
 
 

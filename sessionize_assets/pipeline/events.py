@@ -115,7 +115,9 @@ def update_events(
     report = EventsReport(requested=dates)
     record_unrecorded(store, run_id=run_id)
     # What this run reads: its commits are made against these versions (WriteConflictError).
-    read_at = {spec: store.version(spec) for spec in (EVENTS, REJECTED_EVENTS, EVENTS_MANIFEST)}
+    read_at = {
+        spec: store.read_version(spec) for spec in (EVENTS, REJECTED_EVENTS, EVENTS_MANIFEST)
+    }
     available = batch_inputs(store, dates)
     absorbed = absorbed_inputs(store, partitions=dates)
     plans = {d: plan(available[d], absorbed[d]) for d in dates}
@@ -310,6 +312,11 @@ def _settle(
         to_drop = current.exceptAll(wanted)
         diff = _collect_copies(drop=to_drop, add=to_add)
         events_drop |= diff["drop"]
+        if diff["drop"]:
+            # A key is dropped with every row holding it: one both dropped and wanted (an
+            # extra copy of a row, left by writers that raced) is written again, once.
+            dropped = _is_copy(diff["drop"])
+            to_add = to_add.where(~dropped).unionByName(wanted.where(dropped))
         events_add = events_add.unionByName(to_add)
         added += len(diff["add"])
     reject_rows = own.unionByName(foreign_rows).where(_is_copy(settled.reject))

@@ -86,7 +86,7 @@ def update_lifecycle(
         raise ValueError(f"lifecycle day {through} is before the start date {settings.start_date}")
     tags = {"dagster_run_id": run_id, "asset": USER_LIFECYCLE_STATE.name}
     # The intervals' commit is made against the version read here (WriteConflictError).
-    state_read = store.version(USER_LIFECYCLE_STATE)
+    state_read = store.read_version(USER_LIFECYCLE_STATE)
     absorbed = store.applied_version(USER_LIFECYCLE_STATE, SESSIONS_ABSORBED)
     ordinal = store.applied_version(USER_LIFECYCLE_STATE, AS_OF)
     previous_as_of = None if ordinal is None else date.fromordinal(ordinal)
@@ -436,7 +436,7 @@ def _move_snapshot(
     """Write the snapshot days that the interval rows committed since its version change, and
     the days up to the as-of day, in one commit that records the state version it reflects."""
     state_version = store.version(USER_LIFECYCLE_STATE)
-    snapshot_read = store.version(USER_LIFECYCLE_SNAPSHOT)
+    snapshot_read = store.read_version(USER_LIFECYCLE_SNAPSHOT)
     reflected = store.applied_version(USER_LIFECYCLE_SNAPSHOT, STATE_ABSORBED)
     days_held = sorted(date.fromisoformat(d) for d in store.row_counts(USER_LIFECYCLE_SNAPSHOT))
     old_last = days_held[-1] if days_held else None

@@ -227,6 +227,33 @@ def record_unrecorded(store: DeltaStore, *, run_id: str) -> list[int]:
     return recorded
 
 
+# The ingest version recorded for the inputs of an event date that failed an invariant check:
+# no batch has it, so the date's plan finds every input changed, and its next run recomputes it
+# from raw (a partition derived again from its inputs heals whatever a race left in it).
+UNVERIFIED = -1
+
+
+def recompute_event_dates(store: DeltaStore, *, event_dates: Iterable[date], run_id: str) -> None:
+    """Make the next events run of these dates recompute them from raw, and the late-data
+    sensor ask for them: their manifest rows keep their `events` version, with every input
+    at `UNVERIFIED`."""
+    dates = sorted(set(event_dates))
+    read = store.read_version(EVENTS_MANIFEST)
+    rows = store.read_arrow(EVENTS_MANIFEST, partitions=dates)
+    if not rows.num_rows:  # never absorbed: already asked for, and derived whole
+        return
+    index = rows.schema.get_field_index("ingest_version")
+    unverified = pa.array([UNVERIFIED] * rows.num_rows, rows.schema.field(index).type)
+    _replace(
+        store,
+        EVENTS_MANIFEST,
+        rows.set_column(index, "ingest_version", unverified).to_pylist(),
+        partitions=sorted(set(rows.column("partition_date").to_pylist())),
+        run_id=run_id,
+        read_version=read,
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class SessionsProgress:
     """What one sessions partition has absorbed."""
@@ -301,6 +328,22 @@ def record_sessions_progress(
     ]
     _replace(
         store, SESSIONS_MANIFEST, rows, partitions=dates, run_id=run_id, read_version=read_version
+    )
+
+
+def recompute_session_dates(
+    store: DeltaStore, *, session_dates: Iterable[date], run_id: str
+) -> None:
+    """Make the next sessions run of these dates recompute every user's sessions from `events`,
+    and the sensors ask for them: the dates' progress is withdrawn, as if never computed."""
+    dates = sorted(set(session_dates))
+    _replace(
+        store,
+        SESSIONS_MANIFEST,
+        [],
+        partitions=dates,
+        run_id=run_id,
+        read_version=store.read_version(SESSIONS_MANIFEST),
     )
 
 

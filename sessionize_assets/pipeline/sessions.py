@@ -111,7 +111,7 @@ def update_sessions(
     report.versions_logged_late = log_unlogged_versions(store, spark, run_id=run_id, tags=tags)
     # What this run reads: its commits are made against these versions (WriteConflictError).
     read_at = {
-        spec: store.version(spec) for spec in (SESSIONS, SESSION_QUARANTINE, SESSIONS_MANIFEST)
+        spec: store.read_version(spec) for spec in (SESSIONS, SESSION_QUARANTINE, SESSIONS_MANIFEST)
     }
     events_version = store.version(EVENTS)
     if events_version is None:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetExecutionContext,
+    ConfigurableResource,
+    OpExecutionContext,
+)
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.resources.spark import SparkResource
 
 
@@ -17,3 +26,18 @@ class LakeResource(ConfigurableResource):
 
     def store(self) -> DeltaStore:
         return EmbeddedDeltaStore(spark=self.spark.session(), lake_dir=self.lake_dir)
+
+    def writer(
+        self,
+        context: AssetExecutionContext | AssetCheckExecutionContext | OpExecutionContext,
+        *,
+        step: str,
+    ) -> AbstractContextManager[None]:
+        """The lake's writer lock (`lake/writer_lock.py`) for a `step` of `context`'s run,
+        from its first read to its last commit; the run's log says whom it waits for."""
+        run = context.run
+        return lake_writer(
+            Path(self.lake_dir),
+            holder=f"run {run.run_id} of {run.job_name} ({step})",
+            on_wait=context.log.info,
+        )

@@ -28,7 +28,13 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.store import AppTransaction, LakeError, TableSpec, WriteConflictError
+from sessionize_assets.lake.store import (
+    NOT_CREATED,
+    AppTransaction,
+    LakeError,
+    TableSpec,
+    WriteConflictError,
+)
 
 SCHEMA = StructType(
     [
@@ -431,6 +437,54 @@ def test_two_writers_of_one_partition_from_one_read_version_one_commits(spark, s
 
     assert sorted(outcomes) == ["committed", "conflict"]
     assert len(table_rows(store)) == 1 and store.version(SPEC) == read + 1
+
+
+def test_two_runs_that_found_the_table_missing_cannot_both_append(spark, store):
+    """Appends are checked too: both runs read the table before it existed, and derived the
+    same new rows; the second append would double them."""
+    first_read = store.read_version(SPEC)
+    second_read = store.read_version(SPEC)
+    assert first_read == second_read == NOT_CREATED
+
+    store.rewrite(SPEC, add=lambda: frame(spark, rows(("a", D1, 1))), read_version=first_read)
+    with pytest.raises(WriteConflictError, match=r"day 2026-01-01 changed in version\(s\) 1"):
+        store.rewrite(SPEC, add=lambda: frame(spark, rows(("a", D1, 1))), read_version=second_read)
+    with pytest.raises(WriteConflictError):
+        store.replace_partitions_arrow(
+            SPEC, arrow_rows(("a", D1, 1)), partitions=[D1], read_version=second_read
+        )
+    assert [r["id"] for r in table_rows(store)] == ["a"]
+    # An append to a partition nobody wrote since is not a conflict.
+    store.rewrite(SPEC, add=lambda: frame(spark, rows(("b", D2, 2))), read_version=second_read)
+    assert [r["id"] for r in table_rows(store)] == ["a", "b"]
+
+
+def test_a_commit_that_marks_the_table_conflicts_with_any_commit_since_its_read(spark, store):
+    """App transactions are the whole table's bookkeeping: a run that read the mark before
+    another run moved it must not move it back, whichever partitions the two wrote."""
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    read = store.read_version(SPEC)
+    store.rewrite_arrow(
+        SPEC, add=arrow_rows(("b", D2, 2)), app_transactions=[AppTransaction(app_id="t", version=9)]
+    )
+
+    with pytest.raises(WriteConflictError, match="day 2026-01-02"):
+        store.rewrite_arrow(
+            SPEC,
+            add=arrow_rows(("c", D3, 3)),
+            app_transactions=[AppTransaction(app_id="t", version=8)],
+            read_version=read,
+        )
+    with pytest.raises(WriteConflictError):
+        store.replace_partitions_arrow(
+            SPEC,
+            arrow_rows(("c", D3, 3)),
+            partitions=[D3],
+            app_transactions=[AppTransaction(app_id="t", version=8)],
+            read_version=read,
+        )
+    assert store.applied_version(SPEC, "t") == 9
+    assert [r["id"] for r in table_rows(store)] == ["a", "b"]
 
 
 def test_changes_list_the_files_each_commit_added_and_removed(spark, store):
