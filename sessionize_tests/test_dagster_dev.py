@@ -103,7 +103,7 @@ def dev(tmp_path_factory):
     generated = root / "generated"
     generate_landing_zone(out=generated, start=START, days=DAYS, users=40, seed=5, late_share=0.3)
     for offset in range(DAYS - 1):
-        _deliver(generated, settings, START + timedelta(days=offset))
+        deliver(generated, settings, START + timedelta(days=offset))
     env = settings_environment(settings)
     home = root / "dagster_home"
     home.mkdir()
@@ -124,7 +124,7 @@ def dev(tmp_path_factory):
         yield server, settings, generated, replayed.stdout
 
 
-def _deliver(generated: Path, settings: Settings, day: date) -> None:
+def deliver(generated: Path, settings: Settings, day: date) -> None:
     """A batch folder lands as a collector writes it: files written aside, then moved in."""
     name = f"received_date={day.isoformat()}"
     staging = settings.landing_dir.parent / f"incoming-{name}"
@@ -170,7 +170,7 @@ def test_a_dropped_folder_reaches_the_snapshot_with_no_click(dev):
     server, settings, generated, _ = dev
     day = START + timedelta(days=DAYS - 1)
     before = {r["runId"] for r in server.runs()}
-    _deliver(generated, settings, day)
+    deliver(generated, settings, day)
     expected = _expected(settings, day)
 
     def settled() -> bool:
@@ -197,7 +197,7 @@ def test_an_identical_redelivery_launches_nothing(dev):
     before = {r["runId"] for r in server.runs()}
     expected = _actual(settings)
     delivered = time.time()
-    _deliver(generated, settings, day)  # the same bytes, new files and file times
+    deliver(generated, settings, day)  # the same bytes, new files and file times
 
     def two_ticks_since() -> bool:
         ticks = server.sensor_ticks("landing_sensor", limit=5)
