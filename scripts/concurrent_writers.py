@@ -7,8 +7,8 @@ the user's own); with `--instance project` it is the project's `dagster.yaml`. W
 is idle again the script compares every table with the plain-Python full recompute and lists
 the runs by job and status, the failed ones with their error, and what the rebuild said.
 
-    python scripts/concurrent_writers.py --instance bare
-    python scripts/concurrent_writers.py --instance project
+    PYTHONPATH=. .venv/bin/python scripts/concurrent_writers.py --instance bare
+    PYTHONPATH=. .venv/bin/python scripts/concurrent_writers.py --instance project
 """
 
 from __future__ import annotations
@@ -24,10 +24,16 @@ from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
 
-from deltalake import DeltaTable
-
 from sessionize_assets.dev_server import DagsterDev, DevServerError
 from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.lake.log_files import read_small_table, table_path
+from sessionize_assets.lake.store import TableSpec
+from sessionize_assets.lake.tables import (
+    EVENTS,
+    REJECTED_EVENTS,
+    SESSIONS,
+    USER_LIFECYCLE_SNAPSHOT,
+)
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings, settings_environment
 from sessionize_tests.lifecycle_reference import lifecycle_reference
@@ -38,10 +44,9 @@ START = date(2024, 3, 1)
 PROJECT_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
 
 
-def rows(path: Path) -> list[dict]:
-    if not (path / "_delta_log").is_dir():
-        return []
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+def rows(lake: Path, spec: TableSpec) -> list[dict]:
+    """A table's rows, read as the sensors read the lake (delta-rs log, Arrow files)."""
+    return read_small_table(table_path(lake, spec), spec).to_pylist()
 
 
 def tables(settings: Settings, latest: date) -> dict[str, tuple[object, object]]:
@@ -62,24 +67,24 @@ def tables(settings: Settings, latest: date) -> dict[str, tuple[object, object]]
 
     return {
         "events": (
-            sorted((r["event_id"], naive(r["event_ts"])) for r in rows(lake / "events")),
+            sorted((r["event_id"], naive(r["event_ts"])) for r in rows(lake, EVENTS)),
             sorted((k, naive(a.ts)) for k, a in ref.winners.items()),
         ),
         "rejected_events": (
-            Counter(r["reason"] for r in rows(lake / "rejected_events")),
+            Counter(r["reason"] for r in rows(lake, REJECTED_EVENTS)),
             ref.rejections,
         ),
         "sessions": (
             sorted(
                 (r["user_id"], naive(r["session_start"]), naive(r["session_end"]))
-                for r in rows(lake / "sessions")
+                for r in rows(lake, SESSIONS)
             ),
             sorted((s.user_id, naive(s.session_start), naive(s.session_end)) for s in ref_sessions),
         ),
         "user_lifecycle_snapshot": (
             sorted(
                 (r["snapshot_date"], r["state"], r["users"], r["entered"], r["exited"])
-                for r in rows(lake / "user_lifecycle_snapshot")
+                for r in rows(lake, USER_LIFECYCLE_SNAPSHOT)
             ),
             snapshot,
         ),
