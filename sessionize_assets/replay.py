@@ -83,7 +83,7 @@ class BatchOutcome:
     users_recomputed: int = 0
     pairs_recomputed: int = 0
     lifecycle_days: int = 0
-    spark_jobs: int = 0  # over the batch's runs (each asset step reports its own)
+    spark_jobs: int = 0  # over the batch's runs (each asset step and check reports its own)
     seconds: float = 0.0
 
 
@@ -424,9 +424,7 @@ class BatchDriver:
             lifecycle_days=sum(
                 len(flagged_partitions(r, SNAPSHOT_KEY.path[-1], "rewritten")) for r in runs
             ),
-            spark_jobs=sum(
-                run_figure(r, asset, "spark_jobs") for r in runs for asset in JOB_REPORTERS
-            ),
+            spark_jobs=sum(spark_jobs(r) for r in runs),
             seconds=time.monotonic() - started,
         )
 
@@ -509,6 +507,16 @@ def flagged_partitions(result: ExecuteInProcessResult, asset: str, flag: str) ->
             if event.asset_key == AssetKey(asset) and is_flagged(event.materialization, flag)
         }
     )
+
+
+def spark_jobs(result: ExecuteInProcessResult) -> int:
+    """The Spark jobs a run started: its assets' (`run_spark_jobs`) and its checks'."""
+    checks = sum(
+        int(evaluation.metadata["spark_jobs"].value or 0)  # type: ignore[arg-type]
+        for evaluation in result.get_asset_check_evaluations()
+        if "spark_jobs" in evaluation.metadata
+    )
+    return checks + sum(run_figure(result, asset, "spark_jobs") for asset in JOB_REPORTERS)
 
 
 def run_figure(result: ExecuteInProcessResult, asset: str, name: str) -> int:

@@ -379,3 +379,4 @@ def test_a_failed_check_fails_its_run_and_replay_names_it(spark, settings, store
     assert failed_checks(result) == "check events:unique_event_ids failed (1 violations)"
     (evaluation,) = result.get_asset_check_evaluations()
     assert evaluation.metadata["dates"].value == [D.isoformat()]
+    assert evaluation.metadata["spark_jobs"].value >= 2  # the count, then the sample

@@ -60,20 +60,29 @@ from sessionize_assets.pipeline.manifests import (
     recompute_session_dates,
 )
 from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
 
 Check = Callable[[AssetCheckExecutionContext], AssetCheckResult]
 
 
 def lake_check(**kwargs: Any) -> Callable[[Check], AssetChecksDefinition]:
-    """`asset_check` for a blocking check of the lake, run holding the lake's writer lock."""
+    """`asset_check` for a blocking check of the lake, run holding the lake's writer lock; its
+    result reports the Spark jobs it started (`spark_jobs`), as the assets' runs do."""
 
     def decorate(check: Check) -> AssetChecksDefinition:
         @wraps(check)
         def held(context: AssetCheckExecutionContext) -> AssetCheckResult:
             lake: LakeResource = context.resources.lake
-            with lake.writer(context, step=f"check {check.__name__}"):
-                return check(context)
+            with (
+                lake.writer(context, step=f"check {check.__name__}"),
+                counting_jobs(lake.spark.session(), check.__name__) as spark_jobs,
+            ):
+                result = check(context)
+            jobs = spark_jobs()
+            if jobs is None:  # Spark Connect: not counted
+                return result
+            return result.with_metadata({**result.metadata, "spark_jobs": jobs})
 
         return asset_check(required_resource_keys={"lake"}, blocking=True, **kwargs)(held)
 
