@@ -14,7 +14,7 @@ run commits between its reads of tables that must agree.
 
 import math
 from collections.abc import Callable
-from datetime import date, timedelta
+from datetime import timedelta
 from functools import wraps
 from typing import Any
 
@@ -109,25 +109,18 @@ def healing_result(
     finding: Finding,
     what: str,
     *,
-    recompute: Callable[[DeltaStore, list[date], str], None],
+    recompute: Callable[..., None],
 ) -> AssetCheckResult:
-    """`check_result`, after marking the failing dates to be derived again (`recompute`)."""
+    """`check_result`, after marking the failing dates to be derived again (`recompute`:
+    `recompute_event_dates` or `recompute_session_dates`)."""
     if finding.dates:
-        recompute(store, finding.dates, context.run.run_id)
+        recompute(store, finding.dates, run_id=context.run.run_id)
         context.log.warning(
             f"{finding.violations} {what} on {len(finding.dates)} dates "
             f"({finding.dates[0]}..{finding.dates[-1]}): marked to be recomputed from their "
             "inputs; the sensors ask for them"
         )
     return check_result(finding, what)
-
-
-def _events_again(store: DeltaStore, dates: list[date], run_id: str) -> None:
-    recompute_event_dates(store, event_dates=dates, run_id=run_id)
-
-
-def _sessions_again(store: DeltaStore, dates: list[date], run_id: str) -> None:
-    recompute_session_dates(store, session_dates=dates, run_id=run_id)
 
 
 def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
@@ -151,7 +144,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 lake_store,
                 duplicate_event_ids(lake_store.read(EVENTS, partitions=dates)),
                 "duplicated event ids",
-                recompute=_events_again,
+                recompute=recompute_event_dates,
             )
         # The ids the run added, and every copy of them in `events` on any date: the id index
         # names the dates their copies are on, where they are found by id.
@@ -172,7 +165,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 lake_store,
                 duplicate_event_ids(lookup.rows),
                 "duplicated event ids",
-                recompute=_events_again,
+                recompute=recompute_event_dates,
             )
         finally:
             wanted.unpersist()
@@ -192,7 +185,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 lake_store,
                 overlapping_sessions(near),
                 "overlapping sessions",
-                recompute=_sessions_again,
+                recompute=recompute_session_dates,
             )
         dates = checked_dates(context, lake_store, SESSIONS)
         around = None if dates is None else days_around(dates, before=reach, after=reach)
@@ -202,7 +195,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             lake_store,
             overlapping_sessions(sessions, dates=dates),
             "overlapping sessions",
-            recompute=_sessions_again,
+            recompute=recompute_session_dates,
         )
 
     @lake_check(
@@ -217,7 +210,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             sessions = lake_store.read(SESSIONS, partitions=dates)
         finding = malformed_sessions(sessions, max_length=settings.max_session_length)
         return healing_result(
-            context, lake_store, finding, "malformed sessions", recompute=_sessions_again
+            context, lake_store, finding, "malformed sessions", recompute=recompute_session_dates
         )
 
     @lake_check(
@@ -254,7 +247,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             lake_store,
             quarantine_mismatch(sessions, quarantine),
             "session ids in one place only",
-            recompute=_sessions_again,
+            recompute=recompute_session_dates,
         )
 
     @lake_check(
@@ -283,7 +276,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             lake_store,
             finding,
             "inputs whose rows do not add up",
-            recompute=_events_again,
+            recompute=recompute_event_dates,
         )
 
     return [

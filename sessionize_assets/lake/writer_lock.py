@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 WRITER_LOCK_FILE = ".writer.lock"
 # While it waits, a writer says who holds the lake at first, then at this interval.
@@ -102,7 +103,7 @@ def _acquire(
     *,
     on_wait: Callable[[str], None],
     poll_seconds: float,
-):
+) -> TextIO:
     """The open lock file, flock-ed, with this process's lock of it held."""
     reported_at: float | None = None
     while True:

@@ -233,7 +233,7 @@ def record_unrecorded(store: DeltaStore, *, run_id: str) -> list[int]:
 UNVERIFIED = -1
 
 
-def recompute_event_dates(store: DeltaStore, *, event_dates: Iterable[date], run_id: str) -> None:
+def recompute_event_dates(store: DeltaStore, event_dates: Iterable[date], *, run_id: str) -> None:
     """Make the next events run of these dates recompute them from raw, and the late-data
     sensor ask for them: their manifest rows keep their `events` version, with every input
     at `UNVERIFIED`."""
@@ -332,7 +332,7 @@ def record_sessions_progress(
 
 
 def recompute_session_dates(
-    store: DeltaStore, *, session_dates: Iterable[date], run_id: str
+    store: DeltaStore, session_dates: Iterable[date], *, run_id: str
 ) -> None:
     """Make the next sessions run of these dates recompute every user's sessions from `events`,
     and the sensors ask for them: the dates' progress is withdrawn, as if never computed."""
