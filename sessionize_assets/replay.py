@@ -24,6 +24,7 @@ from typing import Any
 
 from dagster import (
     AssetKey,
+    DagsterEventType,
     DagsterInstance,
     Definitions,
     ExecuteInProcessResult,
@@ -510,13 +511,18 @@ def flagged_partitions(result: ExecuteInProcessResult, asset: str, flag: str) ->
 
 
 def spark_jobs(result: ExecuteInProcessResult) -> int:
-    """The Spark jobs a run started: its assets' (`run_spark_jobs`) and its checks'."""
-    checks = sum(
-        int(evaluation.metadata["spark_jobs"].value or 0)  # type: ignore[arg-type]
-        for evaluation in result.get_asset_check_evaluations()
+    """The Spark jobs a run started: its assets' (`run_spark_jobs`) and its check steps' (each
+    result of a step reports the `spark_jobs` its checks shared: counted once per step)."""
+    checks = {
+        event.step_key: int(evaluation.metadata["spark_jobs"].value or 0)  # type: ignore[arg-type]
+        for event in result.all_events
+        if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION
+        for evaluation in [event.asset_check_evaluation_data]
         if "spark_jobs" in evaluation.metadata
+    }
+    return sum(checks.values()) + sum(
+        run_figure(result, asset, "spark_jobs") for asset in JOB_REPORTERS
     )
-    return checks + sum(run_figure(result, asset, "spark_jobs") for asset in JOB_REPORTERS)
 
 
 def run_figure(result: ExecuteInProcessResult, asset: str, name: str) -> int:

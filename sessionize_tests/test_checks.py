@@ -47,22 +47,23 @@ def test_duplicate_event_ids(spark):
     events = spark.createDataFrame(
         [("a", D), ("b", D), ("a", other)], "event_id string, event_date date"
     )
-    finding = duplicate_event_ids(events)
+    finding = duplicate_event_ids(events).finding()
     assert finding.violations == 1 and finding.sample == ["a x2"]
     assert finding.dates == [D, other]  # both copies' dates are recomputed to heal it
-    assert duplicate_event_ids(events.where("event_date = DATE'2026-01-05'")).passed
+    assert duplicate_event_ids(events.where("event_date = DATE'2026-01-05'")).finding().passed
 
 
 def test_overlapping_sessions(spark):
     ok = session(
         spark, [("s1", "u", (8, 0), (9, 0), 2, False), ("s2", "u", (10, 0), (11, 0), 2, False)]
     )
-    assert overlapping_sessions(ok).passed
+    assert overlapping_sessions(ok).finding().passed
     bad = session(
         spark, [("s1", "u", (8, 0), (9, 0), 2, False), ("s2", "u", (8, 30), (11, 0), 2, False)]
     )
-    assert overlapping_sessions(bad).violations == 1
-    assert overlapping_sessions(bad).dates == [D]
+    finding = overlapping_sessions(bad).finding()
+    assert finding.violations == 1 and finding.dates == [D]
+    assert finding.sample == ["u: 2026-01-05 08:00:00..2026-01-05 09:00:00"]
 
 
 def test_overlapping_sessions_on_some_dates_include_the_day_before(spark):
@@ -75,25 +76,26 @@ def test_overlapping_sessions_on_some_dates_include_the_day_before(spark):
     sessions = session(spark, [("s1", "u", (0, 30), (1, 0), 2, False)]).unionByName(
         spark.createDataFrame([evening], SESSIONS.schema)
     )
-    assert overlapping_sessions(sessions, dates=[D]).violations == 1
-    assert overlapping_sessions(sessions, dates=[D]).dates == [before, D]
-    assert overlapping_sessions(sessions, dates=[before]).violations == 1
-    assert overlapping_sessions(sessions, dates=[D + timedelta(days=2)]).passed
+    on_day = overlapping_sessions(sessions, dates=[D]).finding()
+    assert on_day.violations == 1 and on_day.dates == [before, D]
+    assert overlapping_sessions(sessions, dates=[before]).finding().violations == 1
+    assert overlapping_sessions(sessions, dates=[D + timedelta(days=2)]).finding().passed
 
 
 def test_malformed_sessions(spark):
     good = session(spark, [("s1", "u", (8, 0), (9, 0), 2, False)])
-    assert malformed_sessions(good, max_length=timedelta(hours=24)).passed
-    assert malformed_sessions(good, max_length=timedelta(minutes=30)).violations == 1
+    assert malformed_sessions(good, max_length=timedelta(hours=24)).finding().passed
+    too_long = malformed_sessions(good, max_length=timedelta(minutes=30)).finding()
+    assert too_long.sample == ["s1: 2026-01-05 08:00:00..2026-01-05 09:00:00 n=2"]
     empty = session(spark, [("s1", "u", (8, 0), (9, 0), 0, False)])
-    assert malformed_sessions(empty, max_length=timedelta(hours=24)).violations == 1
+    assert malformed_sessions(empty, max_length=timedelta(hours=24)).finding().violations == 1
 
 
 def test_quarantine_mismatch(spark):
     sessions = session(spark, [("s1", "u", (8, 0), (9, 0), 2, True)])
     listed = sessions.select("session_id", "session_date")
-    assert quarantine_mismatch(sessions, listed).passed
-    missing = quarantine_mismatch(sessions, listed.limit(0))
+    assert quarantine_mismatch(sessions, listed).finding().passed
+    missing = quarantine_mismatch(sessions, listed.limit(0)).finding()
     assert missing.violations == 1 and missing.dates == [D]
 
 
@@ -109,13 +111,15 @@ def test_unaccounted_lines(spark):
         [(D, "events", D), (D, "ingest", None)],
         "received_date date, origin string, event_date date",
     )
-    assert unaccounted_lines(raw, events, rejected).passed
-    assert unaccounted_lines(raw, events.limit(2), rejected).violations == 1
+    assert unaccounted_lines(raw, events, rejected).finding().passed
+    assert unaccounted_lines(raw, events.limit(2), rejected).finding().violations == 1
+    short = unaccounted_lines(raw, events.where(F.col("event_date") == D), rejected).finding()
+    assert short.sample == [f"{D} -> {late}: raw 1 != 0 + 0"]
     # Per event date: one date's extra row does not hide another's missing one.
     moved = events.where(F.col("event_date") == D).unionByName(
         spark.createDataFrame([(D, D)], "received_date date, event_date date")
     )
-    finding = unaccounted_lines(raw, moved, rejected)
+    finding = unaccounted_lines(raw, moved, rejected).finding()
     assert finding.violations == 2 and finding.dates == [late, D]
 
 

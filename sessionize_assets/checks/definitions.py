@@ -3,42 +3,50 @@
 The lifecycle's checks run inside its asset (`assets/lifecycle.py`), on what each run wrote.
 
 With a materialization a check reads what its run wrote; alone, the whole table (`scope.py`).
+The checks of a table run as one step (`events_checks`, `sessions_checks`): they read the
+run's writes from the Delta log once, find the rows they need by key in one lookup, and their
+rules are counted in one Spark job (`rules.evaluate`). Each can still be run alone.
 
 Every check is blocking: when it fails, its run fails (and what depends on the asset in that
 run is not computed), so neither a run nor `sessionize replay` passes it for a success. It
 also marks the dates of the offending rows to be derived again from their inputs
 (`manifests.recompute_event_dates` / `recompute_session_dates`): the sensors then ask for
-them, and the recompute heals them. A check holds the lake's writer lock while it reads, so no
+them, and the recompute heals them. A check step holds the lake's writer lock while it reads, so no
 run commits between its reads of tables that must agree.
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
-from functools import wraps
+from functools import reduce
 from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
+    AssetCheckSpec,
+    AssetKey,
     MetadataValue,
-    asset_check,
+    multi_asset_check,
 )
 from pyspark import StorageLevel
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sessionize_assets.checks.rules import (
     Finding,
+    Violations,
     duplicate_event_ids,
+    evaluate,
     malformed_sessions,
     overlapping_sessions,
     quarantine_mismatch,
     unaccounted_lines,
 )
 from sessionize_assets.checks.scope import (
-    added_rows,
-    checked_dates,
+    RunWrites,
     covered_dates,
     sessions_near,
     written,
@@ -63,28 +71,129 @@ from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
 
-Check = Callable[[AssetCheckExecutionContext], AssetCheckResult]
+
+@dataclass(frozen=True)
+class LakeCheck:
+    """One invariant: the asset it is on, what it verifies, and what a violation is called."""
+
+    asset: str
+    description: str
+    violation: str
 
 
-def lake_check(**kwargs: Any) -> Callable[[Check], AssetChecksDefinition]:
-    """`asset_check` for a blocking check of the lake, run holding the lake's writer lock; its
-    result reports the Spark jobs it started (`spark_jobs`), as the assets' runs do."""
+EVENTS_CHECKS = {
+    "unique_event_ids": LakeCheck(
+        "events", "Every event id appears once in events, over every date.", "duplicated event ids"
+    ),
+    "every_line_accounted": LakeCheck(
+        "events",
+        "Per batch and event date, lines = events + rejected: each valid line is an event or a "
+        "cross-batch duplicate.",
+        "inputs whose rows do not add up",
+    ),
+}
+SESSIONS_CHECKS = {
+    "no_overlapping_sessions": LakeCheck(
+        "sessions", "No two sessions of a user overlap.", "overlapping sessions"
+    ),
+    "sessions_well_formed": LakeCheck(
+        "sessions",
+        "start <= end, event_count > 0, no session longer than L, date of start.",
+        "malformed sessions",
+    ),
+    "quarantine_matches_flag": LakeCheck(
+        "session_quarantine",
+        "Quarantine rows are exactly the sessions flagged is_quarantined.",
+        "session ids in one place only",
+    ),
+}
 
-    def decorate(check: Check) -> AssetChecksDefinition:
-        @wraps(check)
-        def held(context: AssetCheckExecutionContext) -> AssetCheckResult:
+
+@dataclass(frozen=True, kw_only=True)
+class CheckStep:
+    """What a step's rules are given: the run's context, the lake, the checks selected in the
+    run, and `cache`, for a frame read more than once (released after the evaluation)."""
+
+    context: AssetCheckExecutionContext
+    store: DeltaStore
+    selected: set[str]
+    cache: Callable[[DataFrame], DataFrame]
+
+
+# The violations of a step's selected checks, by check name.
+Rules = Callable[[CheckStep], dict[str, Violations]]
+
+
+def lake_checks(
+    *, name: str, checks: dict[str, LakeCheck], recompute: Callable[..., None]
+) -> Callable[[Rules], AssetChecksDefinition]:
+    """A step of blocking checks of the lake, evaluated together in one Spark job
+    (`rules.evaluate`), holding the lake's writer lock while it reads.
+
+    Each check can run alone (the step is subsettable). A failed check marks the dates of its
+    violations to be derived again (`recompute`: `recompute_event_dates` or
+    `recompute_session_dates`). Each result reports the Spark jobs of the step (`spark_jobs`),
+    which its checks share.
+    """
+    specs = [
+        AssetCheckSpec(key, asset=check.asset, description=check.description, blocking=True)
+        for key, check in checks.items()
+    ]
+
+    def decorate(rules: Rules) -> AssetChecksDefinition:
+        @multi_asset_check(
+            name=name,
+            specs=specs,
+            can_subset=True,
+            required_resource_keys={"lake"},
+            description=rules.__doc__,
+        )
+        def step(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
             lake: LakeResource = context.resources.lake
+            selected = {key.name for key in context.selected_asset_check_keys}
             with (
-                lake.writer(context, step=f"check {check.__name__}"),
-                counting_jobs(lake.spark.session(), check.__name__) as spark_jobs,
+                lake.writer(context, step=f"checks {name}"),
+                counting_jobs(lake.spark.session(), name) as spark_jobs,
             ):
-                result = check(context)
-            jobs = spark_jobs()
-            if jobs is None:  # Spark Connect: not counted
-                return result
-            return result.with_metadata({**result.metadata, "spark_jobs": jobs})
+                store = lake.store()
+                cached: list[DataFrame] = []
 
-        return asset_check(required_resource_keys={"lake"}, blocking=True, **kwargs)(held)
+                def cache(frame: DataFrame) -> DataFrame:
+                    cached.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+                    return cached[-1]
+
+                try:
+                    findings = evaluate(
+                        rules(
+                            CheckStep(context=context, store=store, selected=selected, cache=cache)
+                        )
+                    )
+                finally:
+                    for frame in cached:
+                        frame.unpersist()
+                dates = sorted({day for finding in findings.values() for day in finding.dates})
+                if dates:
+                    recompute(store, dates, run_id=context.run.run_id)
+            jobs = spark_jobs()
+            for check, finding in sorted(findings.items()):
+                what = checks[check].violation
+                if finding.dates:
+                    context.log.warning(
+                        f"{check}: {finding.violations} {what} on {len(finding.dates)} dates "
+                        f"({finding.dates[0]}..{finding.dates[-1]}): marked to be recomputed "
+                        "from their inputs; the sensors ask for them"
+                    )
+                result = check_result(
+                    finding, what, check_name=check, asset_key=AssetKey(checks[check].asset)
+                )
+                # Spark Connect: not counted.
+                yield (
+                    result
+                    if jobs is None
+                    else result.with_metadata({**result.metadata, "spark_jobs": jobs})
+                )
+
+        return step
 
     return decorate
 
@@ -103,186 +212,110 @@ def check_result(finding: Finding, what: str, **kwargs: Any) -> AssetCheckResult
     )
 
 
-def healing_result(
-    context: AssetCheckExecutionContext,
-    store: DeltaStore,
-    finding: Finding,
-    what: str,
-    *,
-    recompute: Callable[..., None],
-) -> AssetCheckResult:
-    """`check_result`, after marking the failing dates to be derived again (`recompute`:
-    `recompute_event_dates` or `recompute_session_dates`)."""
-    if finding.dates:
-        recompute(store, finding.dates, run_id=context.run.run_id)
-        context.log.warning(
-            f"{finding.violations} {what} on {len(finding.dates)} dates "
-            f"({finding.dates[0]}..{finding.dates[-1]}): marked to be recomputed from their "
-            "inputs; the sensors ask for them"
-        )
-    return check_result(finding, what)
-
-
 def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
     # A session reaches at most L into the days after its start.
     reach = math.ceil(settings.max_session_length / timedelta(days=1))
 
-    def store(context: AssetCheckExecutionContext) -> DeltaStore:
-        lake: LakeResource = context.resources.lake
-        return lake.store()
-
-    @lake_check(
-        asset="events", description="Every event id appears once in events, over every date."
-    )
-    def unique_event_ids(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        lake_store = store(context)
-        added = added_rows(context, lake_store, EVENTS)
-        if added is None:
-            dates = checked_dates(context, lake_store, EVENTS)
-            return healing_result(
-                context,
-                lake_store,
-                duplicate_event_ids(lake_store.read(EVENTS, partitions=dates)),
-                "duplicated event ids",
-                recompute=recompute_event_dates,
+    @lake_checks(name="events_checks", checks=EVENTS_CHECKS, recompute=recompute_event_dates)
+    def events_checks(step: CheckStep) -> dict[str, Violations]:
+        """The events invariants: unique ids over every date, every line accounted for."""
+        context, store, selected = step.context, step.store, step.selected
+        writes = written(context, store, EVENTS)
+        rules: dict[str, Violations] = {}
+        if "unique_event_ids" in selected:
+            rules["unique_event_ids"] = duplicate_event_ids(
+                _events_with_ids_added(step, writes)
+                if writes and writes.added
+                else store.read(EVENTS, partitions=covered_dates(context, [writes]))
             )
-        # The ids the run added, and every copy of them in `events` on any date: the id index
-        # names the dates their copies are on, where they are found by id.
-        added = added.select("event_date", "event_id").persist(StorageLevel.MEMORY_AND_DISK)
-        copies = copies_of(lake_store, added)
-        wanted = (
-            copies.rows.select("event_date", "event_id")
-            .unionByName(added)
-            .distinct()
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        try:
-            lookup = read_by_keys(
-                lake_store, EVENTS, wanted=wanted, key="event_id", columns=wanted.columns
-            )
-            return healing_result(
-                context,
-                lake_store,
-                duplicate_event_ids(lookup.rows),
-                "duplicated event ids",
-                recompute=recompute_event_dates,
-            )
-        finally:
-            wanted.unpersist()
-            added.unpersist()
+        if "every_line_accounted" in selected:
+            dates = covered_dates(context, [writes])
+            if dates is None:
+                raw = store.read(RAW_EVENTS)
+                events = store.read(EVENTS)
+                rejected = store.read(REJECTED_EVENTS)
+            else:
+                # The batches holding events of these dates (from the index), those dates only.
+                inputs = batch_inputs(store, dates).values()
+                batches = sorted({received for held in inputs for _, received in held})
+                on_dates = F.col("event_date").isin(dates)
+                raw = store.read(RAW_EVENTS, partitions=batches).where(on_dates)
+                events = store.read(EVENTS, partitions=dates)
+                rejected = store.read(REJECTED_EVENTS, partitions=batches).where(on_dates)
+            rules["every_line_accounted"] = unaccounted_lines(raw, events, rejected)
+        return rules
 
-    @lake_check(asset="sessions", description="No two sessions of a user overlap.")
-    def no_overlapping_sessions(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        lake_store = store(context)
-        added = added_rows(context, lake_store, SESSIONS)
-        # Only an added session can overlap: its user's sessions within reach of it.
-        near = (
-            None if added is None else sessions_near(lake_store, added, before=reach, after=reach)
+    @lake_checks(name="sessions_checks", checks=SESSIONS_CHECKS, recompute=recompute_session_dates)
+    def sessions_checks(step: CheckStep) -> dict[str, Violations]:
+        """The sessions invariants: no overlaps, well formed, the quarantine matches the flag."""
+        context, store, selected = step.context, step.store, step.selected
+        sessions_written = written(context, store, SESSIONS)
+        quarantine_written = written(context, store, SESSION_QUARANTINE)
+        added = (
+            step.cache(store.read_files(SESSIONS, sessions_written.added))
+            if sessions_written and sessions_written.added
+            else None
         )
-        if near is not None:
-            return healing_result(
-                context,
-                lake_store,
-                overlapping_sessions(near),
-                "overlapping sessions",
-                recompute=recompute_session_dates,
+        rules: dict[str, Violations] = {}
+        if "sessions_well_formed" in selected:
+            rows = added
+            if rows is None:
+                rows = store.read(SESSIONS, partitions=covered_dates(context, [sessions_written]))
+            rules["sessions_well_formed"] = malformed_sessions(
+                rows, max_length=settings.max_session_length
             )
-        dates = checked_dates(context, lake_store, SESSIONS)
-        around = None if dates is None else days_around(dates, before=reach, after=reach)
-        sessions = lake_store.read(SESSIONS, partitions=around)
-        return healing_result(
-            context,
-            lake_store,
-            overlapping_sessions(sessions, dates=dates),
-            "overlapping sessions",
-            recompute=recompute_session_dates,
-        )
-
-    @lake_check(
-        asset="sessions",
-        description="start <= end, event_count > 0, no session longer than L, date of start.",
-    )
-    def sessions_well_formed(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        lake_store = store(context)
-        sessions = added_rows(context, lake_store, SESSIONS)
-        if sessions is None:
-            dates = checked_dates(context, lake_store, SESSIONS)
-            sessions = lake_store.read(SESSIONS, partitions=dates)
-        finding = malformed_sessions(sessions, max_length=settings.max_session_length)
-        return healing_result(
-            context, lake_store, finding, "malformed sessions", recompute=recompute_session_dates
-        )
-
-    @lake_check(
-        asset="session_quarantine",
-        description="Quarantine rows are exactly the sessions flagged is_quarantined.",
-    )
-    def quarantine_matches_flag(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        lake_store = store(context)
-        sessions_written = written(context, lake_store, SESSIONS)
-        quarantine_written = written(context, lake_store, SESSION_QUARANTINE)
-        dates = covered_dates(context, [sessions_written, quarantine_written])
-        quarantine = lake_store.read(SESSION_QUARANTINE, partitions=dates)
-        sessions = None
-        if sessions_written or quarantine_written:
-            # A mismatch the run made involves a quarantine row of a date it wrote (there are
-            # few), one it removed, or a flagged session it added: those users' sessions.
-            pair = ["session_date", "user_id"]
-            removed = quarantine_written.removed if quarantine_written else []
-            added = sessions_written.added if sessions_written else []
-            pairs = (
-                quarantine.select(*pair)
-                .unionByName(lake_store.read_files(SESSION_QUARANTINE, removed).select(*pair))
-                .unionByName(
-                    lake_store.read_files(SESSIONS, added).where("is_quarantined").select(*pair)
+        pair = ["session_date", "user_id"]
+        # The (date, user) pairs whose sessions the other two checks read, found by user in
+        # one lookup: an added session's user can overlap its sessions within reach; a
+        # quarantine mismatch the run made involves a quarantine row of a date it wrote (there
+        # are few), one it removed, or a flagged session it added.
+        overlap = added.select(*pair) if "no_overlapping_sessions" in selected and added else None
+        quarantine: DataFrame | None = None
+        listed: DataFrame | None = None
+        if "quarantine_matches_flag" in selected:
+            dates = covered_dates(context, [sessions_written, quarantine_written])
+            quarantine = store.read(SESSION_QUARANTINE, partitions=dates)
+            if sessions_written or quarantine_written:
+                removed = quarantine_written.removed if quarantine_written else []
+                listed = quarantine.select(*pair).unionByName(
+                    store.read_files(SESSION_QUARANTINE, removed).select(*pair)
                 )
-            )
-            near = sessions_near(lake_store, pairs, before=0, after=0)
-            if near is not None:
-                sessions = near.join(F.broadcast(pairs.distinct()), on=pair, how="left_semi")
-        if sessions is None:  # alone, or too many pairs to look up: the dates whole
-            sessions = lake_store.read(SESSIONS, partitions=dates)
-        return healing_result(
-            context,
-            lake_store,
-            quarantine_mismatch(sessions, quarantine),
-            "session ids in one place only",
-            recompute=recompute_session_dates,
+                if added is not None:
+                    listed = listed.unionByName(added.where("is_quarantined").select(*pair))
+        wanted = [frame for frame in (overlap, listed) if frame is not None]
+        near = (
+            sessions_near(store, reduce(DataFrame.unionByName, wanted), before=reach, after=reach)
+            if wanted
+            else None
         )
+        if "no_overlapping_sessions" in selected:
+            if near is not None and overlap is not None:
+                rules["no_overlapping_sessions"] = overlapping_sessions(near)
+            else:  # alone, or too many pairs to look up: the dates whole
+                dates = covered_dates(context, [sessions_written])
+                around = None if dates is None else days_around(dates, before=reach, after=reach)
+                rules["no_overlapping_sessions"] = overlapping_sessions(
+                    store.read(SESSIONS, partitions=around), dates=dates
+                )
+        if quarantine is not None:
+            if near is not None and listed is not None:
+                sessions = near.join(F.broadcast(listed.distinct()), on=pair, how="left_semi")
+            else:  # alone, or too many pairs to look up: the dates whole
+                sessions = store.read(
+                    SESSIONS,
+                    partitions=covered_dates(context, [sessions_written, quarantine_written]),
+                )
+            rules["quarantine_matches_flag"] = quarantine_mismatch(sessions, quarantine)
+        return rules
 
-    @lake_check(
-        asset="events",
-        description="Per batch and event date, lines = events + rejected: each valid line is an "
-        "event or a cross-batch duplicate.",
-    )
-    def every_line_accounted(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        lake_store = store(context)
-        dates = checked_dates(context, lake_store, EVENTS)
-        if dates is None:
-            raw = lake_store.read(RAW_EVENTS)
-            events = lake_store.read(EVENTS)
-            rejected = lake_store.read(REJECTED_EVENTS)
-        else:
-            # The batches holding events of these dates (from the index), those dates only.
-            inputs = batch_inputs(lake_store, dates).values()
-            batches = sorted({received for held in inputs for _, received in held})
-            on_dates = F.col("event_date").isin(dates)
-            raw = lake_store.read(RAW_EVENTS, partitions=batches).where(on_dates)
-            events = lake_store.read(EVENTS, partitions=dates)
-            rejected = lake_store.read(REJECTED_EVENTS, partitions=batches).where(on_dates)
-        finding = unaccounted_lines(raw, events, rejected)
-        return healing_result(
-            context,
-            lake_store,
-            finding,
-            "inputs whose rows do not add up",
-            recompute=recompute_event_dates,
-        )
+    return [events_checks, sessions_checks]
 
-    return [
-        unique_event_ids,
-        no_overlapping_sessions,
-        sessions_well_formed,
-        quarantine_matches_flag,
-        every_line_accounted,
-    ]
+
+def _events_with_ids_added(step: CheckStep, writes: RunWrites) -> DataFrame:
+    """The `events` rows of every copy of the ids a run added, on whatever date the id index
+    says they are, found by id."""
+    store = step.store
+    added = step.cache(store.read_files(EVENTS, writes.added).select("event_date", "event_id"))
+    copies = copies_of(store, added).rows.select("event_date", "event_id")
+    wanted = step.cache(copies.unionByName(added).distinct())
+    return read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=wanted.columns).rows

@@ -1,14 +1,16 @@
-"""The SPEC's invariants: each returns the offending rows (a `Finding`).
+"""The SPEC's invariants: each returns the offending rows (`Violations`), `evaluate` counts them.
 
 Pure functions of DataFrames (Spark queries), or of Arrow tables for the lifecycle's few rows
 (checked on the driver), so each rule is unit-tested on a few rows; which rows a check hands
-them (the whole table, or what a run wrote) is decided in `scope.py`.
+them (the whole table, or what a run wrote) is decided in `scope.py`. The rules a check step
+runs are counted together, in one Spark job (`evaluate`): a passing step costs that job.
 """
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from functools import reduce
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
@@ -34,31 +36,87 @@ class Finding:
         return self.violations == 0
 
 
-def _finding(bad: DataFrame, describe: Callable[[object], str], *, dates: Column) -> Finding:
-    """The rows of `bad`; `dates` is an array of the partition dates of each (read only when
-    there are violations: a passing check costs one job)."""
-    bad = bad.cache()
-    try:
-        violations = bad.count()
-        if not violations:
-            return Finding(0, [])
-        sample = [describe(r) for r in bad.limit(_SAMPLE).collect()]
-        held = bad.select(F.explode(dates).alias("day")).distinct().collect()
-        return Finding(violations, sample, sorted(r.day for r in held if r.day is not None))
-    finally:
-        bad.unpersist()
+@dataclass(frozen=True)
+class Violations:
+    """The offending rows of one rule, not yet computed: `describe` is each row's line in the
+    sample (a string column), `dates` the array of partition dates it is on."""
+
+    rows: DataFrame
+    describe: Column
+    dates: Column
+
+    def finding(self) -> Finding:
+        """This rule alone (`evaluate` counts several rules in one job)."""
+        return evaluate({"rule": self})["rule"]
 
 
-def duplicate_event_ids(events: DataFrame) -> Finding:
+def evaluate(rules: Mapping[str, Violations]) -> dict[str, Finding]:
+    """Each rule's `Finding`, counted together: one Spark job when every rule holds, and one
+    more for the sample and the dates of the rules that do not."""
+    names = sorted(rules)
+    tagged = reduce(
+        DataFrame.unionByName,
+        [
+            rules[name].rows.select(
+                F.lit(name).alias("rule"),
+                rules[name].describe.cast("string").alias("line"),
+                rules[name].dates.cast("array<date>").alias("dates"),
+            )
+            for name in names
+        ],
+    )
+    counts = {
+        r["rule"]: r["n"] for r in tagged.groupBy("rule").agg(F.count("*").alias("n")).collect()
+    }
+    failed = sorted(name for name in names if counts.get(name))
+    samples: dict[str, list[str]] = {name: [] for name in failed}
+    dates: dict[str, set[date]] = {name: set() for name in failed}
+    if failed:
+        first = Window.partitionBy("rule").orderBy("line")
+        bad = tagged.where(F.col("rule").isin(failed))
+        shown = (
+            bad.withColumn("_n", F.row_number().over(first))
+            .where(F.col("_n") <= _SAMPLE)
+            .select(
+                "rule", F.lit(True).alias("shown"), "line", F.lit(None).cast("date").alias("day")
+            )
+        )
+        held = bad.select(
+            "rule",
+            F.lit(False).alias("shown"),
+            F.lit(None).cast("string").alias("line"),
+            F.explode("dates").alias("day"),
+        ).distinct()
+        for row in shown.unionByName(held).collect():
+            if row["shown"]:
+                samples[row["rule"]].append(row["line"])
+            elif row["day"] is not None:
+                dates[row["rule"]].add(row["day"])
+    return {
+        name: Finding(
+            counts.get(name, 0), sorted(samples.get(name, [])), sorted(dates.get(name, ()))
+        )
+        for name in names
+    }
+
+
+def _text(*columns: str) -> list[Column]:
+    """Dates and timestamps as text (format_string would print their internal numbers)."""
+    return [F.col(name).cast("string") for name in columns]
+
+
+def duplicate_event_ids(events: DataFrame) -> Violations:
     bad = (
         events.groupBy("event_id")
         .agg(F.count(F.lit(1)).alias("count"), F.collect_set("event_date").alias("dates"))
         .where(F.col("count") > 1)
     )
-    return _finding(bad, lambda r: f"{r.event_id} x{r['count']}", dates=F.col("dates"))
+    return Violations(
+        bad, describe=F.format_string("%s x%d", "event_id", "count"), dates=F.col("dates")
+    )
 
 
-def overlapping_sessions(sessions: DataFrame, *, dates: list[date] | None = None) -> Finding:
+def overlapping_sessions(sessions: DataFrame, *, dates: list[date] | None = None) -> Violations:
     """Sessions that overlap the user's next one; with `dates`, pairs with a session on them.
 
     `sessions` must then also hold the dates around `dates` a session can reach into.
@@ -71,14 +129,14 @@ def overlapping_sessions(sessions: DataFrame, *, dates: list[date] | None = None
     )
     if dates is not None:
         bad = bad.where(F.col("session_date").isin(dates) | F.col("next_date").isin(dates))
-    return _finding(
+    return Violations(
         bad,
-        lambda r: f"{r.user_id}: {r.session_start}..{r.session_end}",
+        describe=F.format_string("%s: %s..%s", "user_id", *_text("session_start", "session_end")),
         dates=F.array("session_date", "next_date"),
     )
 
 
-def malformed_sessions(sessions: DataFrame, *, max_length: timedelta) -> Finding:
+def malformed_sessions(sessions: DataFrame, *, max_length: timedelta) -> Violations:
     longest = max_length.total_seconds()
     bad = sessions.where(
         (F.col("session_start") > F.col("session_end"))
@@ -86,21 +144,23 @@ def malformed_sessions(sessions: DataFrame, *, max_length: timedelta) -> Finding
         | (F.col("duration_seconds") > F.lit(longest))
         | (F.to_date("session_start") != F.col("session_date"))
     )
-    return _finding(
+    return Violations(
         bad,
-        lambda r: f"{r.session_id}: {r.session_start}..{r.session_end} n={r.event_count}",
+        describe=F.format_string(
+            "%s: %s..%s n=%d", "session_id", *_text("session_start", "session_end"), "event_count"
+        ),
         dates=F.array("session_date"),
     )
 
 
-def quarantine_mismatch(sessions: DataFrame, quarantine: DataFrame) -> Finding:
+def quarantine_mismatch(sessions: DataFrame, quarantine: DataFrame) -> Violations:
     flagged = sessions.where("is_quarantined").select("session_id", "session_date")
     listed = quarantine.select("session_id", "session_date")
     bad = flagged.exceptAll(listed).unionByName(listed.exceptAll(flagged))
-    return _finding(bad, lambda r: str(r.session_id), dates=F.array("session_date"))
+    return Violations(bad, describe=F.col("session_id"), dates=F.array("session_date"))
 
 
-def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) -> Finding:
+def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) -> Violations:
     """Per batch and event date: every valid raw row is an event or a cross-batch duplicate,
     exactly once."""
     key = ["received_date", "event_date"]
@@ -115,10 +175,14 @@ def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) ->
         .fillna(0)
     )
     bad = per_input.where(F.col("raw") != F.col("events") + F.col("duplicates"))
-    return _finding(
+    return Violations(
         bad,
-        lambda r: (
-            f"{r.received_date} -> {r.event_date}: raw {r.raw} != {r.events} + {r.duplicates}"
+        describe=F.format_string(
+            "%s -> %s: raw %d != %d + %d",
+            *_text("received_date", "event_date"),
+            "raw",
+            "events",
+            "duplicates",
         ),
         dates=F.array("event_date"),
     )

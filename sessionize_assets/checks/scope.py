@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import days_around, days_between
-from sessionize_assets.pipeline.keyed_reads import keys_by_partition
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, keys_by_partition
 
 # A run commits to a table a few times, so its commits are among the table's latest ones.
 RECENT_COMMITS = 50
@@ -75,14 +75,6 @@ def written(
     return run_writes(store, spec, context.run.run_id) if in_run(context) else None
 
 
-def added_rows(
-    context: AssetCheckExecutionContext, store: DeltaStore, spec: TableSpec
-) -> DataFrame | None:
-    """The rows the check's run added to `spec`; None alone or when it added no files."""
-    writes = written(context, store, spec)
-    return store.read_files(spec, writes.added) if writes and writes.added else None
-
-
 def sessions_near(
     store: DeltaStore, pairs: DataFrame, *, before: int, after: int
 ) -> DataFrame | None:
@@ -103,8 +95,11 @@ def sessions_near(
     files = store.files_with_values(
         SESSIONS, column="user_id", values={d: sorted(u) for d, u in sorted(near.items())}
     )
-    users = pairs.select("user_id").distinct()
-    return store.read_files(SESSIONS, files).join(F.broadcast(users), on="user_id", how="left_semi")
+    rows = store.read_files(SESSIONS, files)
+    users = sorted({user for found in by_date.values() for user in found})
+    if len(users) <= PUSHED_KEYS_TOTAL:  # a filter in the query: no broadcast job
+        return rows.where(F.col("user_id").isin(users))
+    return rows.join(F.broadcast(pairs.select("user_id").distinct()), on="user_id", how="left_semi")
 
 
 def in_run(context: AssetCheckExecutionContext) -> bool:
@@ -118,19 +113,12 @@ def run_dates(context: AssetCheckExecutionContext) -> list[date]:
     return days_between(date.fromisoformat(keys.start), date.fromisoformat(keys.end))
 
 
-def checked_dates(
-    context: AssetCheckExecutionContext, store: DeltaStore, *written_to: TableSpec
-) -> list[date] | None:
-    """Partitions a date-scoped check covers: None (the whole table) for a check run alone;
-    in a run that wrote to the `written_to` tables, the partitions it wrote; otherwise the
-    run's partitions."""
-    return covered_dates(context, [written(context, store, spec) for spec in written_to])
-
-
 def covered_dates(
     context: AssetCheckExecutionContext, writes: list[RunWrites | None]
 ) -> list[date] | None:
-    """`checked_dates` from writes already read from the log."""
+    """Partitions a date-scoped check covers: None (the whole table) for a check run alone;
+    in a run that wrote these `writes` (from `written`), the partitions they touched;
+    otherwise the run's partitions."""
     if not in_run(context):
         return None
     dates = {day for write in writes if write for day in write.dates}

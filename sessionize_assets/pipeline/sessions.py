@@ -30,7 +30,11 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
     SESSIONS_MANIFEST,
 )
-from sessionize_assets.partitions import event_window
+from sessionize_assets.partitions import (
+    event_window,
+    session_lookahead_days,
+    session_lookback_days,
+)
 from sessionize_assets.pipeline.corrections import (
     diff_sessions,
     log_commit,
@@ -38,6 +42,7 @@ from sessionize_assets.pipeline.corrections import (
 )
 from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
+    PUSHED_KEYS_TOTAL,
     keys_by_partition,
     read_by_keys,
 )
@@ -149,14 +154,14 @@ def update_sessions(
         )
         report.updated = partial
         return report
-    scope = _Scope(whole=whole, pairs=touched)
+    scope = _Scope(whole=whole, pairs=touched, listed=by_date)
     computed = sorted([*whole, *partial])
     columns = ["user_id", "event_ts", "event_id", "event_date"]
     whole_window = event_window(whole, settings)
     # Every user's events around whole dates; elsewhere each touched pair's user's events in
     # that pair's window, found by user (Parquet skips the other users' row groups).
     wanted = (
-        touched.join(_pair_windows(spark, partial, settings), on="session_date")
+        touched.select("user_id", _event_window(F.col("session_date"), settings))
         .where(~F.col("event_date").isin(whole_window))
         .select("event_date", "user_id")
         .distinct()
@@ -196,7 +201,8 @@ def update_sessions(
     old = scope.within(old_rows)
     diff = diff_sessions(old, sessions).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        changes = _summarise(diff)  # evaluates everything above, once
+        summary = _summarise(diff, events=events, sessions=sessions)  # everything above, once
+        changes = summary.changes
         changed_dates = sorted(changes)
         report.files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
         if changed_dates:
@@ -217,12 +223,8 @@ def update_sessions(
             )
             report.rows_written = commit.rows_written
             report.files_rewritten = commit.files_removed
-        read = events.agg(
-            F.count(F.lit(1)).alias("events"), F.countDistinct("user_id").alias("users")
-        ).first()
-        flagged = sessions.where("is_quarantined").limit(1).count()
         # Bots are rare: without quarantine rows before or after, there is nothing to write.
-        if flagged or store.live_files(SESSION_QUARANTINE, partitions=computed):
+        if summary.flagged or store.live_files(SESSION_QUARANTINE, partitions=computed):
             store.rewrite(
                 SESSION_QUARANTINE,
                 partitions=computed,
@@ -234,8 +236,8 @@ def update_sessions(
             )
         report.changed = changed_dates
         report.changes_by_date = changes
-        report.events_read = read["events"] if read else 0
-        report.users_recomputed = read["users"] if read else 0
+        report.events_read = summary.events_read
+        report.users_recomputed = summary.users_read
         report.pairs_recomputed = pairs
         report.sessions_version = store.version(SESSIONS)
     finally:
@@ -253,27 +255,41 @@ def update_sessions(
     return report
 
 
-def _pair_windows(spark: SparkSession, session_dates: list[date], settings: Settings) -> DataFrame:
-    """(session_date, event_date): the event dates that decide each session date."""
-    rows = [(d, e) for d in session_dates for e in event_window([d], settings)]
-    return spark.createDataFrame(rows, "session_date date, event_date date").hint("broadcast")
+def _event_window(session_date: Column, settings: Settings) -> Column:
+    """`event_date`: one row per event date that decides the session date (`event_window`),
+    computed in the query (a join with a table of dates would be a broadcast job of its own)."""
+    return F.explode(
+        F.sequence(
+            F.date_sub(session_date, session_lookback_days(settings)),
+            F.date_add(session_date, session_lookahead_days(settings)),
+        )
+    ).alias("event_date")
 
 
 @dataclass(frozen=True)
 class _Scope:
-    """What a run recomputes: every user on `whole` dates, and the touched (user, date) pairs."""
+    """What a run recomputes: every user on `whole` dates, and the touched (user, date) pairs
+    (`listed` holds them by date when they came to the driver)."""
 
     whole: list[date]
     pairs: DataFrame  # (user_id, session_date)
+    listed: dict[date, list[str]] | None
 
     def within(self, rows: DataFrame) -> DataFrame:
-        flagged = rows.join(
-            F.broadcast(self.pairs.withColumn("_pair", F.lit(True))), on=list(PAIR), how="left"
-        )
-        keep: Column = F.col("_pair").isNotNull()
+        keep: Column
+        if self.listed is not None and sum(map(len, self.listed.values())) <= PUSHED_KEYS_TOTAL:
+            # Few pairs: a filter in the query (a hash set), not a broadcast job of its own.
+            keys = [f"{day}|{user}" for day, users in self.listed.items() for user in users]
+            keep = F.concat_ws("|", F.col("session_date").cast("string"), "user_id").isin(keys)
+            marked = rows
+        else:
+            marked = rows.join(
+                F.broadcast(self.pairs.withColumn("_pair", F.lit(True))), on=list(PAIR), how="left"
+            )
+            keep = F.col("_pair").isNotNull()
         if self.whole:
             keep = keep | F.col("session_date").isin(self.whole)
-        return flagged.where(keep).drop("_pair")
+        return marked.where(keep).drop("_pair")
 
 
 def _touched_pairs(
@@ -339,26 +355,55 @@ class DateChanges:
     users: int
 
 
-def _summarise(diff: DataFrame) -> dict[date, DateChanges]:
-    """Per session date with a changed row, how its sessions changed: one Spark job."""
+@dataclass(frozen=True, kw_only=True)
+class _Summary:
+    """What a run computed, from one Spark job: how each date's sessions changed, the events
+    and users they were recomputed from, and the sessions flagged for quarantine."""
+
+    changes: dict[date, DateChanges]
+    events_read: int
+    users_read: int
+    flagged: int
+
+
+def _summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> _Summary:
+    """Per session date with a changed row, how its sessions changed (`diff`), with what was
+    read (`events`) and flagged (`sessions`): three aggregates, collected in one Spark job."""
     added, removed = F.col("added") == 1, F.col("removed") == 1
     per_session = diff.groupBy("session_date", "session_id", "user_id").agg(
         F.max((F.col("change") == "added").cast("int")).alias("added"),
         F.max((F.col("change") == "removed").cast("int")).alias("removed"),
     )
+    per_date = per_session.groupBy("session_date").agg(
+        F.count(F.when(added & ~removed, 1)).alias("inserted"),
+        F.count(F.when(added & removed, 1)).alias("replaced"),
+        F.count(F.when(~added & removed, 1)).alias("removed"),
+        F.countDistinct("user_id").alias("users"),
+    )
+    read = events.agg(
+        F.count(F.lit(1)).alias("events_read"), F.countDistinct("user_id").alias("users_read")
+    )
+    flagged = sessions.where("is_quarantined").agg(F.count(F.lit(1)).alias("flagged"))
     rows = (
-        per_session.groupBy("session_date")
-        .agg(
-            F.count(F.when(added & ~removed, 1)).alias("inserted"),
-            F.count(F.when(added & removed, 1)).alias("replaced"),
-            F.count(F.when(~added & removed, 1)).alias("removed"),
-            F.countDistinct("user_id").alias("users"),
-        )
+        per_date.unionByName(read, allowMissingColumns=True)
+        .unionByName(flagged, allowMissingColumns=True)
         .collect()
     )
-    return {
-        r.session_date: DateChanges(
-            inserted=r.inserted, replaced=r.replaced, removed=r.removed, users=r.users
-        )
-        for r in rows
+    figures = {
+        name: row[name]
+        for row in rows
+        for name in ("events_read", "users_read", "flagged")
+        if row[name] is not None
     }
+    return _Summary(
+        changes={
+            r.session_date: DateChanges(
+                inserted=r.inserted, replaced=r.replaced, removed=r.removed, users=r.users
+            )
+            for r in rows
+            if r.session_date is not None
+        },
+        events_read=figures.get("events_read", 0),
+        users_read=figures.get("users_read", 0),
+        flagged=figures.get("flagged", 0),
+    )

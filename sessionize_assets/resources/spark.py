@@ -24,15 +24,21 @@ DEFAULT_CONF = {
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     # Daily partitions are small; 200 shuffle partitions would mostly schedule empty tasks.
     "spark.sql.shuffle.partitions": "8",
-    "spark.sql.adaptive.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
 }
-# Local mode only. Reads name their files (from the Delta log), and Spark lists more than 32
-# paths with a distributed job, one task per path: a few hundred tasks (seconds) to stat a few
-# hundred local files. On one machine the driver lists them itself.
+# Local mode only, where every job is scheduling overhead on the same few cores:
+# - Reads name their files (from the Delta log), and Spark lists more than 32 paths with a
+#   distributed job, one task per path: a few hundred tasks (seconds) to stat a few hundred
+#   local files. On one machine the driver lists them itself.
+# - Adaptive execution runs each shuffle stage of a query as a job of its own, to re-plan the
+#   rest from its size: a daily batch went from about 55 Spark jobs to about 118 with it, for no
+#   time saved (8 shuffle partitions leave it nothing to coalesce, and the joins that matter are
+#   broadcast by hint). On a cluster Spark's default (on) stays, where skewed and mis-estimated
+#   joins are worth the re-planning.
 LOCAL_CONF = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    "spark.sql.adaptive.enabled": "false",
 }
 
 
