@@ -76,8 +76,17 @@ def ingest_batches(
     try:
         accepted, rejected = split_batch(parsed)
         # Counted before the commit, from the frames being written: no re-scan afterwards.
-        by_date = accepted.groupBy("received_date", "event_date").count().collect()
-        by_reason = rejected.groupBy("received_date", "reason").count().collect()
+        # Accepted rows per event date and rejections per reason (never null), in one job.
+        counted = (
+            accepted.groupBy("received_date", "event_date")
+            .count()
+            .unionByName(
+                rejected.groupBy("received_date", "reason").count(), allowMissingColumns=True
+            )
+            .collect()
+        )
+        by_date = [row for row in counted if row["reason"] is None]
+        by_reason = [row for row in counted if row["reason"] is not None]
         raw = store.replace_partitions(RAW_EVENTS, accepted, partitions=days, commit_metadata=tags)
         # The id index, before the received -> event index that makes `events` read the batch.
         event_ids = store.replace_partitions(

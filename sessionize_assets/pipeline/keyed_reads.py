@@ -45,34 +45,48 @@ def read_by_keys(
 ) -> KeyedRead:
     """The rows (`columns`) of `spec` whose (partition column, `key`) is a row of `wanted`.
 
-    `wanted` holds those two columns; persist it, it is read three times. `columns` must
-    include both. Two small Spark jobs bring the per-partition key counts and the pushed keys
-    to the driver: both are bounded by the change (and by PUSHED_KEYS_TOTAL).
+    `wanted` holds those two columns; persist it, it is read twice. `columns` must include
+    both. One small Spark job brings each partition's key count to the driver, with the keys
+    of those with few (at most PUSHED_KEYS_PER_PARTITION each): bounded by the change (and by
+    PUSHED_KEYS_TOTAL). Only partitions read whole are matched by a join.
     """
     part = spec.partition_by
     wanted = wanted.select(part, key).distinct()
-    counts = wanted.groupBy(part).count().collect()
-    searched, budget = [], PUSHED_KEYS_TOTAL
+    few = F.count(F.lit(1)) <= PUSHED_KEYS_PER_PARTITION
+    counts = (
+        wanted.groupBy(part)
+        .agg(F.count(F.lit(1)).alias("count"), F.when(few, F.collect_list(key)).alias("keys"))
+        .collect()
+    )
+    searched, budget, pairs = [], PUSHED_KEYS_TOTAL, []
     for row in sorted(counts, key=lambda r: (r["count"], r[part])):
         if row["count"] <= min(PUSHED_KEYS_PER_PARTITION, budget):
             searched.append(row[part])
             budget -= row["count"]
+            pairs.extend((row[part], value) for value in row["keys"])
     scanned = sorted({row[part] for row in counts} - set(searched))
-    frames, keys = [], []
+    keys = sorted({value for _, value in pairs})
+    frames = []
     if searched:
-        keys = sorted(
-            {r[0] for r in wanted.where(F.col(part).isin(searched)).select(key).collect()}
-        )
+        # The keys go to the Parquet reader; the exact pairs are a hash set in the query.
+        pair = F.concat_ws("|", F.col(part).cast("string"), F.col(key))
         frames.append(
-            store.read(spec, partitions=searched).select(*columns).where(F.col(key).isin(keys))
+            store.read(spec, partitions=searched)
+            .select(*columns)
+            .where(F.col(key).isin(keys))
+            .where(pair.isin(sorted(f"{day}|{value}" for day, value in pairs)))
         )
     if scanned:
-        frames.append(store.read(spec, partitions=scanned).select(*columns))
-    if not frames:
-        rows = store.read(spec, partitions=[]).select(*columns)
-    else:
-        found = reduce(DataFrame.unionByName, frames)
-        rows = found.join(wanted, on=[part, key], how="left_semi")
+        frames.append(
+            store.read(spec, partitions=scanned)
+            .select(*columns)
+            .join(wanted.where(F.col(part).isin(scanned)), on=[part, key], how="left_semi")
+        )
+    rows = (
+        reduce(DataFrame.unionByName, frames)
+        if frames
+        else store.read(spec, partitions=[]).select(*columns)
+    )
     return KeyedRead(
         rows=rows,
         searched=sorted(str(v) for v in searched),
@@ -115,7 +129,9 @@ def keys_by_partition(
     """The distinct `key` values of each `partition` value, on the driver, to choose files by
     their log statistics (`DeltaStore.files_with_values`); None when there are more than
     `limit` pairs (the caller then reads the partitions whole)."""
-    rows = pairs.select(partition, key).distinct().limit(limit + 1).collect()
+    # The limit under a repartition runs as one job: collected directly, a limit is Spark's
+    # `take`, which scans the partitions a few at a time, one job for each round.
+    rows = pairs.select(partition, key).distinct().limit(limit + 1).repartition(1).collect()
     if len(rows) > limit:
         return None
     found: dict[date, list[str]] = {}

@@ -161,7 +161,16 @@ def update_sessions(
     # Every user's events around whole dates; elsewhere each touched pair's user's events in
     # that pair's window, found by user (Parquet skips the other users' row groups).
     wanted = (
-        touched.select("user_id", _event_window(F.col("session_date"), settings))
+        touched.select(
+            "user_id",
+            F.explode(
+                _days_around(
+                    F.col("session_date"),
+                    before=session_lookback_days(settings),
+                    after=session_lookahead_days(settings),
+                )
+            ).alias("event_date"),
+        )
         .where(~F.col("event_date").isin(whole_window))
         .select("event_date", "user_id")
         .distinct()
@@ -255,15 +264,21 @@ def update_sessions(
     return report
 
 
-def _event_window(session_date: Column, settings: Settings) -> Column:
-    """`event_date`: one row per event date that decides the session date (`event_window`),
-    computed in the query (a join with a table of dates would be a broadcast job of its own)."""
-    return F.explode(
-        F.sequence(
-            F.date_sub(session_date, session_lookback_days(settings)),
-            F.date_add(session_date, session_lookahead_days(settings)),
-        )
-    ).alias("event_date")
+def _days_around(day: Column, *, before: int, after: int) -> Column:
+    """The dates from `before` days before `day` to `after` days after it (an array), as
+    `partitions.days_around` gives them, computed in the query: a join with a table of dates
+    made on the driver would be a broadcast job of its own."""
+    return F.sequence(F.date_sub(day, before), F.date_add(day, after))
+
+
+def _lookup(column: Column, groups: dict[int, list]) -> Column:
+    """The number whose list holds `column`'s value (null for none), as a CASE expression of
+    hash-set tests: a driver-side mapping with few distinct numbers, without a broadcast job."""
+    found: Column | None = None
+    for number, values in sorted(groups.items()):
+        test = column.isin(sorted(values))
+        found = F.when(test, F.lit(number)) if found is None else found.when(test, F.lit(number))
+    return found if found is not None else F.lit(None).cast("long")
 
 
 @dataclass(frozen=True)
@@ -311,33 +326,39 @@ def _touched_pairs(
     )
     if changes is None:
         return None
-    # Which session dates each event date decides, and what those dates absorbed.
-    decides = [
-        (event_date, session_date, version)
-        for session_date, version in absorbed.items()
-        for event_date in event_window([session_date], settings)
-    ]
-    window = {event_date.isoformat() for event_date, _, _ in decides}
+    # The event dates that decide these session dates.
+    window = {event_date.isoformat() for event_date in event_window(list(absorbed), settings)}
     latest: dict[str, int] = {}
     for change in changes:
         if change.partition in window:
             latest[change.path] = max(latest.get(change.path, -1), change.version)
     if not latest:
         return empty
-    files = spark.createDataFrame(sorted(latest.items()), "_path string, _version long")
-    decided = spark.createDataFrame(
-        decides, "event_date date, session_date date, _absorbed long"
-    ).hint("broadcast")
+    # Which commit last changed each file, and which version each date absorbed: few distinct
+    # versions, so both are expressions in the query.
+    changed_at: dict[int, list[str]] = {}
+    for path, version in latest.items():
+        changed_at.setdefault(version, []).append(path)
+    absorbed_at: dict[int, list[date]] = {}
+    for session_date, version in absorbed.items():
+        absorbed_at.setdefault(version, []).append(session_date)
+    # The path relative to the table root, as the Delta log names it.
+    path = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1)
     return (
         store.read_files(EVENTS, latest)
         .select(
             "user_id",
-            "event_date",
-            # The path relative to the table root, as the Delta log names it.
-            F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1).alias("_path"),
+            _lookup(path, changed_at).alias("_version"),
+            # The session dates each event date decides (`partitions.session_dates_for`).
+            F.explode(
+                _days_around(
+                    F.col("event_date"),
+                    before=session_lookahead_days(settings),
+                    after=session_lookback_days(settings),
+                )
+            ).alias("session_date"),
         )
-        .join(F.broadcast(files), on="_path")
-        .join(decided, on="event_date")
+        .withColumn("_absorbed", _lookup(F.col("session_date"), absorbed_at))
         .where(F.col("_version") > F.col("_absorbed"))
         .select(*PAIR)
         .distinct()

@@ -30,6 +30,8 @@ def test_read_by_keys_finds_exactly_the_wanted_rows(spark, store, monkeypatch):
     store.replace_partitions(SPEC, spark.createDataFrame(data, SCHEMA), partitions=days)
     wanted_rows = [(days[0], "u007"), (days[0], "u150"), (days[0], "nobody")]
     wanted_rows += [(days[1], f"u{i:03d}") for i in range(0, 200, 3)]  # many: read whole
+    # Searched by the keys of both searched days, matched exactly: not (days[2], "u150").
+    wanted_rows += [(days[2], "u007")]
     wanted = spark.createDataFrame(wanted_rows, "day date, user_id string")
     monkeypatch.setattr(keyed_reads, "PUSHED_KEYS_PER_PARTITION", 10)
 
@@ -37,7 +39,8 @@ def test_read_by_keys_finds_exactly_the_wanted_rows(spark, store, monkeypatch):
 
     expected = {(d, u) for d, u in wanted_rows if u != "nobody"}
     assert {(r.day, r.user_id) for r in found.rows.collect()} == expected
-    assert found.searched == [days[0].isoformat()] and found.keys_pushed == 3
+    assert found.searched == [days[0].isoformat(), days[2].isoformat()]
+    assert found.keys_pushed == 3
     assert found.scanned == [days[1].isoformat()]
 
 
