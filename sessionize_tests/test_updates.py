@@ -13,6 +13,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import functions as F
 
+from sessionize_assets.checks import scope as check_scope
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.store import WriteConflictError
 from sessionize_assets.lake.tables import (
@@ -27,6 +28,8 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import session_dates_for
+from sessionize_assets.pipeline import keyed_reads
+from sessionize_assets.pipeline import sessions as sessions_pipeline
 from sessionize_assets.pipeline.events import update_events
 from sessionize_assets.pipeline.ingest import ingest_batches
 from sessionize_assets.pipeline.landing import fingerprint
@@ -189,7 +192,17 @@ def pipeline(spark, settings) -> Pipeline:
     return Pipeline(spark, settings)
 
 
-def test_late_event_merges_two_sessions(pipeline):
+@pytest.fixture(params=["hash_set", "join"])
+def pair_placement(request, monkeypatch) -> str:
+    """Up to PUSHED_KEYS_TOTAL keys or pairs are a hash-set filter in the queries, more are a
+    join: the same rules in both placements, under the same tests (0 forces the joins)."""
+    if request.param == "join":
+        for module in (sessions_pipeline, keyed_reads, check_scope):
+            monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)
+    return request.param
+
+
+def test_late_event_merges_two_sessions(pipeline, pair_placement):
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
     pipeline.process(day(0))
     assert [s[1] for s in pipeline.sessions()] == ["2026-01-10 10:00:00", "2026-01-10 10:50:00"]
@@ -339,7 +352,7 @@ def test_duplicates_across_batches_whatever_the_order(pipeline):
     assert json.loads(dup[0].raw_line)["messageId"] == "x"
 
 
-def test_batches_in_any_order_converge(pipeline):
+def test_batches_in_any_order_converge(pipeline, pair_placement):
     batches = {
         day(0): [("a", "u", "2026-01-10 10:00"), ("b", "v", "2026-01-10 23:45")],
         day(1): [("c", "v", "2026-01-11 00:05"), ("d", "u", "2026-01-10 10:40")],
@@ -378,7 +391,7 @@ def test_reprocessing_without_new_data_changes_nothing(pipeline):
     assert pipeline.store.version(SESSIONS) >= version
 
 
-def test_quarantine_follows_late_bot_events(pipeline):
+def test_quarantine_follows_late_bot_events(pipeline, pair_placement):
     start = datetime(2026, 1, 10, 0, 0)
     bot = [
         (f"b{i}", "bot", (start + timedelta(minutes=25 * i)).isoformat(sep=" "))

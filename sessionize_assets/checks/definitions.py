@@ -272,9 +272,9 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         overlap = added.select(*pair) if "no_overlapping_sessions" in selected and added else None
         quarantine: DataFrame | None = None
         listed: DataFrame | None = None
+        quarantine_dates = covered_dates(context, [sessions_written, quarantine_written])
         if "quarantine_matches_flag" in selected:
-            dates = covered_dates(context, [sessions_written, quarantine_written])
-            quarantine = store.read(SESSION_QUARANTINE, partitions=dates)
+            quarantine = store.read(SESSION_QUARANTINE, partitions=quarantine_dates)
             if sessions_written or quarantine_written:
                 removed = quarantine_written.removed if quarantine_written else []
                 listed = quarantine.select(*pair).unionByName(
@@ -298,13 +298,13 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                     store.read(SESSIONS, partitions=around), dates=dates
                 )
         if quarantine is not None:
-            if near is not None and listed is not None:
-                sessions = near.join(F.broadcast(listed.distinct()), on=pair, how="left_semi")
+            if near is not None and listed is not None and quarantine_dates is not None:
+                # The looked-up users' sessions on the quarantine's dates: every listed pair's
+                # (their dates are among them), and any other flagged one of those users is
+                # compared with the quarantine of its date too.
+                sessions = near.where(F.col("session_date").isin(quarantine_dates))
             else:  # alone, or too many pairs to look up: the dates whole
-                sessions = store.read(
-                    SESSIONS,
-                    partitions=covered_dates(context, [sessions_written, quarantine_written]),
-                )
+                sessions = store.read(SESSIONS, partitions=quarantine_dates)
             rules["quarantine_matches_flag"] = quarantine_mismatch(sessions, quarantine)
         return rules
 

@@ -161,16 +161,7 @@ def update_sessions(
     # Every user's events around whole dates; elsewhere each touched pair's user's events in
     # that pair's window, found by user (Parquet skips the other users' row groups).
     wanted = (
-        touched.select(
-            "user_id",
-            F.explode(
-                _days_around(
-                    F.col("session_date"),
-                    before=session_lookback_days(settings),
-                    after=session_lookahead_days(settings),
-                )
-            ).alias("event_date"),
-        )
+        touched.select("user_id", _event_dates(F.col("session_date"), settings))
         .where(~F.col("event_date").isin(whole_window))
         .select("event_date", "user_id")
         .distinct()
@@ -215,15 +206,22 @@ def update_sessions(
         changed_dates = sorted(changes)
         report.files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
         if changed_dates:
-            changed = diff.select(*PAIR).distinct()
             # Only the pairs whose rows differ are rewritten, on whole dates too: their old
-            # rows were all compared, so the pairs that did not change keep their rows.
+            # rows were all compared, so the pairs that did not change keep their rows. Few
+            # pairs are a filter in the queries; many, a join (a broadcast job of its own).
+            if summary.changed_pairs is not None:
+                drop, drop_keys = _pair_filter(summary.changed_pairs), None
+                new_rows = sessions.where(drop)
+            else:
+                drop, drop_keys = None, diff.select(*PAIR).distinct()
+                new_rows = sessions.join(drop_keys, on=list(PAIR), how="left_semi")
             commit = store.rewrite(
                 SESSIONS,
                 partitions=changed_dates,
-                drop_keys=changed,
+                drop=drop,
+                drop_keys=drop_keys,
                 files=files,
-                add=lambda: sessions.join(changed, on=list(PAIR), how="left_semi"),
+                add=lambda: new_rows,
                 commit_metadata=tags,
                 read_version=read_at[SESSIONS],
             )
@@ -234,11 +232,14 @@ def update_sessions(
             report.files_rewritten = commit.files_removed
         # Bots are rare: without quarantine rows before or after, there is nothing to write.
         if summary.flagged or store.live_files(SESSION_QUARANTINE, partitions=computed):
+            in_scope = scope.as_filter()
             store.rewrite(
                 SESSION_QUARANTINE,
                 partitions=computed,
-                drop=F.col("session_date").isin(whole) if whole else None,
-                drop_keys=touched,
+                drop=in_scope
+                if in_scope is not None
+                else (F.col("session_date").isin(whole) if whole else None),
+                drop_keys=None if in_scope is not None else touched,
                 add=lambda: scope.within(quarantine),
                 commit_metadata=tags,
                 read_version=read_at[SESSION_QUARANTINE],
@@ -264,11 +265,30 @@ def update_sessions(
     return report
 
 
+def _event_dates(session_date: Column, settings: Settings) -> Column:
+    """`event_date`, one row per event date that decides the session date: what
+    `partitions.event_window` gives, computed in the query (a join with a table of dates made
+    on the driver would be a broadcast job of its own)."""
+    return _days_around(
+        session_date,
+        before=session_lookback_days(settings),
+        after=session_lookahead_days(settings),
+    ).alias("event_date")
+
+
+def _session_dates(event_date: Column, settings: Settings) -> Column:
+    """`session_date`, one row per session date the event date decides: what
+    `partitions.session_dates_for` gives, computed in the query."""
+    return _days_around(
+        event_date,
+        before=session_lookahead_days(settings),
+        after=session_lookback_days(settings),
+    ).alias("session_date")
+
+
 def _days_around(day: Column, *, before: int, after: int) -> Column:
-    """The dates from `before` days before `day` to `after` days after it (an array), as
-    `partitions.days_around` gives them, computed in the query: a join with a table of dates
-    made on the driver would be a broadcast job of its own."""
-    return F.sequence(F.date_sub(day, before), F.date_add(day, after))
+    """One row per date from `before` days before `day` to `after` days after it."""
+    return F.explode(F.sequence(F.date_sub(day, before), F.date_add(day, after)))
 
 
 def _lookup(column: Column, groups: dict[int, list]) -> Column:
@@ -281,6 +301,13 @@ def _lookup(column: Column, groups: dict[int, list]) -> Column:
     return found if found is not None else F.lit(None).cast("long")
 
 
+def _pair_filter(pairs: Iterable[tuple[date, str]]) -> Column:
+    """Whether a row's (session_date, user_id) is one of `pairs`: a hash set of their text in
+    the query (`date|user`: the date's text has no `|`), for up to PUSHED_KEYS_TOTAL pairs."""
+    keys = sorted(f"{day.isoformat()}|{user}" for day, user in pairs)
+    return F.concat_ws("|", F.col("session_date").cast("string"), "user_id").isin(keys)
+
+
 @dataclass(frozen=True)
 class _Scope:
     """What a run recomputes: every user on `whole` dates, and the touched (user, date) pairs
@@ -290,18 +317,22 @@ class _Scope:
     pairs: DataFrame  # (user_id, session_date)
     listed: dict[date, list[str]] | None
 
+    def as_filter(self) -> Column | None:
+        """The scope as a filter in the query (a hash set) when its pairs came to the driver
+        and are few; None otherwise (a join then, a broadcast job of its own)."""
+        if self.listed is None or sum(map(len, self.listed.values())) > PUSHED_KEYS_TOTAL:
+            return None
+        keep = _pair_filter((day, user) for day, users in self.listed.items() for user in users)
+        return (keep | F.col("session_date").isin(self.whole)) if self.whole else keep
+
     def within(self, rows: DataFrame) -> DataFrame:
-        keep: Column
-        if self.listed is not None and sum(map(len, self.listed.values())) <= PUSHED_KEYS_TOTAL:
-            # Few pairs: a filter in the query (a hash set), not a broadcast job of its own.
-            keys = [f"{day}|{user}" for day, users in self.listed.items() for user in users]
-            keep = F.concat_ws("|", F.col("session_date").cast("string"), "user_id").isin(keys)
-            marked = rows
-        else:
-            marked = rows.join(
-                F.broadcast(self.pairs.withColumn("_pair", F.lit(True))), on=list(PAIR), how="left"
-            )
-            keep = F.col("_pair").isNotNull()
+        keep = self.as_filter()
+        if keep is not None:
+            return rows.where(keep)
+        marked = rows.join(
+            F.broadcast(self.pairs.withColumn("_pair", F.lit(True))), on=list(PAIR), how="left"
+        )
+        keep = F.col("_pair").isNotNull()
         if self.whole:
             keep = keep | F.col("session_date").isin(self.whole)
         return marked.where(keep).drop("_pair")
@@ -349,14 +380,7 @@ def _touched_pairs(
         .select(
             "user_id",
             _lookup(path, changed_at).alias("_version"),
-            # The session dates each event date decides (`partitions.session_dates_for`).
-            F.explode(
-                _days_around(
-                    F.col("event_date"),
-                    before=session_lookahead_days(settings),
-                    after=session_lookback_days(settings),
-                )
-            ).alias("session_date"),
+            _session_dates(F.col("event_date"), settings),
         )
         .withColumn("_absorbed", _lookup(F.col("session_date"), absorbed_at))
         .where(F.col("_version") > F.col("_absorbed"))
@@ -382,6 +406,8 @@ class _Summary:
     and users they were recomputed from, and the sessions flagged for quarantine."""
 
     changes: dict[date, DateChanges]
+    # The (date, user) pairs with a changed session; None past PUSHED_KEYS_TOTAL of them.
+    changed_pairs: list[tuple[date, str]] | None
     events_read: int
     users_read: int
     flagged: int
@@ -400,6 +426,9 @@ def _summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> _S
         F.count(F.when(added & removed, 1)).alias("replaced"),
         F.count(F.when(~added & removed, 1)).alias("removed"),
         F.countDistinct("user_id").alias("users"),
+        F.when(F.countDistinct("user_id") <= PUSHED_KEYS_TOTAL, F.collect_set("user_id")).alias(
+            "changed_users"
+        ),
     )
     read = events.agg(
         F.count(F.lit(1)).alias("events_read"), F.countDistinct("user_id").alias("users_read")
@@ -416,13 +445,19 @@ def _summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> _S
         for name in ("events_read", "users_read", "flagged")
         if row[name] is not None
     }
+    dated = [row for row in rows if row.session_date is not None]
+    changed_pairs: list[tuple[date, str]] | None = [
+        (row.session_date, user) for row in dated for user in row.changed_users or []
+    ]
+    if any(row.changed_users is None for row in dated) or len(changed_pairs) > PUSHED_KEYS_TOTAL:
+        changed_pairs = None
     return _Summary(
+        changed_pairs=changed_pairs,
         changes={
             r.session_date: DateChanges(
                 inserted=r.inserted, replaced=r.replaced, removed=r.removed, users=r.users
             )
-            for r in rows
-            if r.session_date is not None
+            for r in dated
         },
         events_read=figures.get("events_read", 0),
         users_read=figures.get("users_read", 0),
