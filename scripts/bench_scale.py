@@ -7,8 +7,10 @@ stretch of history as one range run, brings events, sessions and the snapshot up
 then processes the next daily batch end to end exactly as `sessionize replay` does (ingest ->
 late-data sensor -> events -> automation -> sessions -> lifecycle sensor -> snapshot), timing
 every step and reading what each step read and wrote from its materialization metadata. At the
-longest history it times a full recompute through `rebuild_job` and a bare PySpark
-window-function sessionization of the same accepted events (the floor).
+longest history it times a full recompute through `rebuild_job`, a sessions-only rebuild
+(`sessions_job` with `full_refresh`, what a new gap or cap needs), and two bare PySpark
+window-function sessionizations: from the accepted events (the sessions floor) and from
+`raw_events`, one copy per message id (the raw floor, the script a user would write).
 
 Everything is measured side by side in one process on the same data. It prints tables and
 asserts nothing.
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dagster import DagsterInstance, RunsFilter
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.definitions import (
@@ -46,6 +48,7 @@ from sessionize_assets.definitions import (
     REBUILD_CONFIG,
     REBUILD_JOB,
     SESSIONS_JOB,
+    SESSIONS_REBUILD_CONFIG,
     build_definitions,
 )
 from sessionize_assets.generator import generate_landing_zone
@@ -53,6 +56,7 @@ from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import (
     BATCH_EVENT_DATES,
     EVENTS,
+    RAW_EVENTS,
     SESSIONS,
     USER_LIFECYCLE_SNAPSHOT,
     USER_LIFECYCLE_STATE,
@@ -171,8 +175,19 @@ def run_shape(
             defs, instance, REBUILD_JOB, START, _last_event_date(store), config=REBUILD_CONFIG
         )
         full.update(_step_seconds(instance, run))
-    with _timed(f"[{shape}] bare PySpark floor"):
+    with _timed(f"[{shape}] sessions-only rebuild ({SESSIONS_JOB}, full_refresh)"):
+        run = _range(
+            defs,
+            instance,
+            SESSIONS_JOB,
+            START,
+            _last_event_date(store),
+            config=SESSIONS_REBUILD_CONFIG,
+        )
+        full["sessions_rebuild"] = _step_seconds(instance, run)["rebuild"]  # the whole run
+    with _timed(f"[{shape}] bare PySpark floors"):
         full["floor"] = bare_sessionization(spark, store, settings, work / "floor")
+        full["raw_floor"] = raw_sessionization(spark, store, settings, work / "raw_floor")
     full["events"] = float(sum(store.row_counts(EVENTS).values()))
     full["sessions"] = float(sum(store.row_counts(SESSIONS).values()))
     full["state_rows"] = float(sum(store.row_counts(USER_LIFECYCLE_STATE).values()))
@@ -215,11 +230,40 @@ def landing_zone(
 def bare_sessionization(
     spark: SparkSession, store: EmbeddedDeltaStore, settings: Settings, out: Path
 ) -> float:
-    """The floor: sessions from the accepted events with plain window functions, no increments."""
+    """The sessions floor: sessions from the accepted events with plain window functions, no
+    increments (what a sessions-only rebuild is compared with)."""
     started = time.perf_counter()
+    events = store.read(EVENTS).select("user_id", "event_id", F.unix_micros("event_ts").alias("t"))
+    _write_sessions(events, settings, out)
+    return time.perf_counter() - started
+
+
+def raw_sessionization(
+    spark: SparkSession, store: EmbeddedDeltaStore, settings: Settings, out: Path
+) -> float:
+    """The raw floor, the script a user would write: from `raw_events`, one copy per message
+    id (the earliest batch, then the earliest receivedAt: SPEC §2), then sessions as in the
+    sessions floor (what the full recompute is compared with)."""
+    started = time.perf_counter()
+    first = Window.partitionBy("message_id").orderBy("received_date", "received_at")
+    events = (
+        store.read(RAW_EVENTS)
+        .select("message_id", "user_id", "event_ts", "received_date", "received_at")
+        .withColumn("copy", F.row_number().over(first))
+        .where(F.col("copy") == 1)
+        .select(
+            "user_id", F.col("message_id").alias("event_id"), F.unix_micros("event_ts").alias("t")
+        )
+    )
+    _write_sessions(events, settings, out)
+    return time.perf_counter() - started
+
+
+def _write_sessions(events: DataFrame, settings: Settings, out: Path) -> None:
+    """Sessions (SPEC §3) of `events` (user_id, event_id, t in microseconds) with plain window
+    functions, written as Parquet by session date."""
     gap_us = int(settings.session_gap.total_seconds() * 1_000_000)
     cap_us = int(settings.max_session_length.total_seconds() * 1_000_000)
-    events = store.read(EVENTS).select("user_id", "event_id", F.unix_micros("event_ts").alias("t"))
     order = Window.partitionBy("user_id").orderBy("t", "event_id")
     chains = events.withColumn(
         "chain",
@@ -236,7 +280,6 @@ def bare_sessionization(
         .withColumn("session_date", F.to_date(F.timestamp_micros("start")))
     )
     sessions.write.mode("overwrite").partitionBy("session_date").parquet(str(out))
-    return time.perf_counter() - started
 
 
 def report(
@@ -256,18 +299,31 @@ def report(
             f"({full['state_rows'] / max(full['user_days'], 1):.1%})"
         )
     print()
-    print("(a) full recompute and (b) floor, seconds")
+    print("(a) full recompute and (b) floor, seconds: (b) sessions from events, (b2) from raw")
     print(
         _table(
-            ["shape", "rebuild events", "rebuild sessions", "(a) rebuild", "(b) floor", "(a)/(b)"],
+            [
+                "shape",
+                "rebuild events",
+                "rebuild sessions",
+                "(a) rebuild",
+                "(b2) raw floor",
+                "(a)/(b2)",
+                "(a2) sessions only",
+                "(b) floor",
+                "(a2)/(b)",
+            ],
             [
                 [
                     shape,
                     f"{full.get('events_step', 0):.1f}",
                     f"{full.get('sessionize_step', 0):.1f}",
                     f"{full['rebuild']:.1f}",
+                    f"{full['raw_floor']:.1f}",
+                    f"{full['rebuild'] / full['raw_floor']:.2f}",
+                    f"{full['sessions_rebuild']:.1f}",
                     f"{full['floor']:.1f}",
-                    f"{full['rebuild'] / full['floor']:.2f}",
+                    f"{full['sessions_rebuild'] / full['floor']:.2f}",
                 ]
                 for shape, full in recompute.items()
             ],

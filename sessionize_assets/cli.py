@@ -75,7 +75,13 @@ def _rebuild(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     _start_spark_quietly(settings)
     with DagsterInstance.get() as instance:
-        ok = rebuild(settings=settings, instance=instance, first=args.first, last=args.last)
+        ok = rebuild(
+            settings=settings,
+            instance=instance,
+            first=args.first,
+            last=args.last,
+            sessions_only=args.sessions_only,
+        )
     return 0 if ok else 1
 
 
@@ -203,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rebuild.add_argument("--from", dest="first", type=date.fromisoformat, help="first event day")
     rebuild.add_argument("--to", dest="last", type=date.fromisoformat, help="last event day")
+    rebuild.add_argument(
+        "--sessions-only",
+        action="store_true",
+        help="recompute only the sessions of those days, from events as they are (after a new "
+        "SESSIONIZE_SESSION_GAP_MINUTES or SESSIONIZE_MAX_SESSION_HOURS)",
+    )
     rebuild.set_defaults(run=_rebuild)
     return parser
 

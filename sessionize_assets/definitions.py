@@ -48,6 +48,9 @@ SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
 REBUILD_CONFIG = {
     "ops": {name: {"config": {"full_refresh": True}} for name in ("events", "sessionize")}
 }
+# A new gap or cap changes sessions only: `sessions_job` with this recomputes every user's
+# sessions from `events` as they are (`sessionize rebuild --sessions-only`).
+SESSIONS_REBUILD_CONFIG = {"ops": {"sessionize": {"config": {"full_refresh": True}}}}
 LIFECYCLE_ASSETS = ("user_lifecycle_state", "user_lifecycle_snapshot")
 
 

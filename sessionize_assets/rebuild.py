@@ -3,6 +3,9 @@ the lifecycle snapshot from the earliest session day that changed.
 
 The same `rebuild_job` runs from the UI (select days of `events` or `sessions`, launch it as a
 backfill); this is the command-line way, in-process, recorded in the Dagster instance.
+
+A new session gap or cap changes sessions only: `--sessions-only` recomputes them from
+`events` as they are (`sessions_job` with `full_refresh`), and leaves `events` alone.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from sessionize_assets.definitions import (
     LIFECYCLE_JOB,
     REBUILD_CONFIG,
     REBUILD_JOB,
+    SESSIONS_JOB,
+    SESSIONS_REBUILD_CONFIG,
     build_definitions,
 )
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
@@ -38,9 +43,12 @@ def rebuild(
     instance: DagsterInstance,
     first: date | None = None,
     last: date | None = None,
+    sessions_only: bool = False,
     echo: Callable[[str], None] = print,
 ) -> bool:
-    """Rebuild event days first..last (default: every day the lake holds events for)."""
+    """Rebuild event days first..last (default: every day the lake holds events for): events
+    from raw and sessions from them, or with `sessions_only` the sessions of those days from
+    `events` as they are."""
     defs = build_definitions(settings)
     store = defs.resources["lake"].store()  # type: ignore[attr-defined]
     event_dates = store.read_arrow(BATCH_EVENT_DATES).column("event_date").to_pylist()
@@ -49,14 +57,19 @@ def rebuild(
         return True
     first = max(first or settings.start_date, settings.start_date)
     last = last or max(event_dates)
-    echo(f"rebuilding events and sessions for {first}..{last} from raw_events")
+    if sessions_only:
+        echo(f"rebuilding sessions for {first}..{last} from events")
+        job, config = SESSIONS_JOB, SESSIONS_REBUILD_CONFIG
+    else:
+        echo(f"rebuilding events and sessions for {first}..{last} from raw_events")
+        job, config = REBUILD_JOB, REBUILD_CONFIG
     announce_daemon(instance, lake_dir=settings.lake_dir, echo=echo)
     with lake_writer(
         settings.lake_dir, holder=f"sessionize rebuild ({first}..{last})", on_wait=echo
     ):
-        result = defs.resolve_job_def(REBUILD_JOB).execute_in_process(
+        result = defs.resolve_job_def(job).execute_in_process(
             instance=instance,
-            run_config={**QUIET, **REBUILD_CONFIG},
+            run_config={**QUIET, **config},
             raise_on_error=False,
             tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
         )

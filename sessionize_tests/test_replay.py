@@ -264,6 +264,29 @@ def test_rebuild_from_raw_changes_nothing(replayed, spark):
     _assert_tables_equal_the_full_recompute(settings, spark)
 
 
+def test_a_sessions_only_rebuild_after_a_new_gap_leaves_events_alone(replayed, spark):
+    """`sessionize rebuild --sessions-only`: a new gap recomputes every session day from
+    `events` as they are, and the tables equal the full recompute with that gap; `events` is
+    not written. Back to the old gap, it changes them back."""
+    from sessionize_assets.rebuild import rebuild
+
+    settings = replayed[0]
+    store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+    events_version = store.version(EVENTS)
+    days = (max(date.fromisoformat(d) for d in store.row_counts(EVENTS)) - START).days + 1
+    wider = settings.with_overrides(session_gap=settings.session_gap * 3)
+    for gap_settings, changes in ((wider, True), (settings, True), (settings, False)):
+        lines: list[str] = []
+        with instance_for_test() as instance:
+            assert rebuild(
+                settings=gap_settings, instance=instance, sessions_only=True, echo=lines.append
+            )
+        assert f"recomputed 0 event days and {days} session days" in lines
+        assert ("sessions changed on 0 days" not in lines) == changes
+        assert store.version(EVENTS) == events_version
+        _assert_tables_equal_the_full_recompute(gap_settings, spark)
+
+
 def test_a_second_replay_does_nothing_and_a_redelivery_counts_by_content(replayed, spark):
     settings = replayed[0]
     with instance_for_test() as instance:
