@@ -11,11 +11,12 @@ partition is read whole. Either way the rows are then matched exactly on (partit
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from functools import reduce
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec
@@ -69,12 +70,11 @@ def read_by_keys(
     frames = []
     if searched:
         # The keys go to the Parquet reader; the exact pairs are a hash set in the query.
-        pair = F.concat_ws("|", F.col(part).cast("string"), F.col(key))
         frames.append(
             store.read(spec, partitions=searched)
             .select(*columns)
             .where(F.col(key).isin(keys))
-            .where(pair.isin(sorted(f"{day}|{value}" for day, value in pairs)))
+            .where(pair_filter(pairs, partition=part, key=key))
         )
     if scanned:
         frames.append(
@@ -93,6 +93,14 @@ def read_by_keys(
         keys_pushed=len(keys),
         scanned=[str(v) for v in scanned],
     )
+
+
+def pair_filter(pairs: Iterable[tuple[date, str]], *, partition: str, key: str) -> Column:
+    """Whether a row's (`partition`, `key`) is one of `pairs`: a hash set of their text
+    (`date|key`: a date's text has no `|`) in the query, where a join with a frame of them
+    would be a broadcast job of its own. For up to PUSHED_KEYS_TOTAL pairs."""
+    texts = sorted(f"{day}|{value}" for day, value in pairs)
+    return F.concat_ws("|", F.col(partition).cast("string"), F.col(key)).isin(texts)
 
 
 def files_for_pairs(

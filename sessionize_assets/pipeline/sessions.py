@@ -44,6 +44,7 @@ from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
     PUSHED_KEYS_TOTAL,
     keys_by_partition,
+    pair_filter,
     read_by_keys,
 )
 from sessionize_assets.pipeline.manifests import (
@@ -302,10 +303,8 @@ def _lookup(column: Column, groups: dict[int, list]) -> Column:
 
 
 def _pair_filter(pairs: Iterable[tuple[date, str]]) -> Column:
-    """Whether a row's (session_date, user_id) is one of `pairs`: a hash set of their text in
-    the query (`date|user`: the date's text has no `|`), for up to PUSHED_KEYS_TOTAL pairs."""
-    keys = sorted(f"{day.isoformat()}|{user}" for day, user in pairs)
-    return F.concat_ws("|", F.col("session_date").cast("string"), "user_id").isin(keys)
+    """Whether a row's (session_date, user_id) is one of `pairs` (`keyed_reads.pair_filter`)."""
+    return pair_filter(pairs, partition="session_date", key="user_id")
 
 
 @dataclass(frozen=True)
