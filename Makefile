@@ -55,10 +55,11 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Two workers, a test file each: the dagster dev test mostly waits on the daemon's ticks.
+# Two workers, a whole module at a time (modules share fixtures and some tests build on the
+# previous one), the slow modules first (sessionize_tests/conftest.py).
 PYTEST_WORKERS ?= 2
 test: java $(STAMP) lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=8
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=8
 
 $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME_DIR)

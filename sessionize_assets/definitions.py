@@ -121,7 +121,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 AUTOMATION_SENSOR,
                 target=AssetSelection.assets(*SESSION_ASSETS),
                 default_status=DefaultSensorStatus.RUNNING,
-                minimum_interval_seconds=30,
+                minimum_interval_seconds=settings.sensor_interval_seconds,
                 description="Re-materializes sessions whose events changed, old dates included.",
             ),
         ],

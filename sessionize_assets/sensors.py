@@ -151,7 +151,7 @@ def build_landing_sensor(
     @sensor(
         name="landing_sensor",
         job_name=ingest_job_name,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=settings.sensor_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "Ingests every batch folder of the landing zone that is new or whose files changed "
@@ -214,7 +214,7 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
     @sensor(
         name="late_data_sensor",
         job_name=events_job_name,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=settings.sensor_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "Requests every event date whose partition has not absorbed the batches that hold "
@@ -253,7 +253,7 @@ def build_stale_sessions_sensor(
     @sensor(
         name="stale_sessions_sensor",
         job_name=sessions_job_name,
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=2 * settings.sensor_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "Requests the session dates that have not absorbed the events their window holds "
@@ -436,7 +436,7 @@ def build_lifecycle_sensor(
     @sensor(
         name="lifecycle_sensor",
         job_name=lifecycle_job_name,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=settings.sensor_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "When sessions change on day X, corrects the user lifecycle snapshot from X through "

@@ -40,6 +40,9 @@ class Settings:
     max_partitions_per_run: int = 120
     # A sensor asks again for dates a run left behind after this, doubled at each attempt.
     retry_backoff: timedelta = timedelta(minutes=1)
+    # How often the daemon evaluates each sensor and the automation conditions: how long a
+    # landed batch waits for each next step. The stale-sessions backstop runs at twice this.
+    sensor_interval: timedelta = timedelta(seconds=15)
     # Maintenance deletes files no table version younger than this reads (time travel window).
     retention: timedelta = timedelta(days=7)
     # When the maintenance schedule runs (cron, UTC); None: defined but stopped.
@@ -60,8 +63,15 @@ class Settings:
             raise SettingsError("max partitions per run must be at least 1")
         if self.retry_backoff < timedelta(0):
             raise SettingsError(f"retry backoff must be >= 0, got {self.retry_backoff}")
+        if self.sensor_interval < timedelta(seconds=1):
+            raise SettingsError(f"sensor interval must be at least 1 s, got {self.sensor_interval}")
         if self.retention < timedelta(0):
             raise SettingsError(f"retention must be >= 0, got {self.retention}")
+
+    @property
+    def sensor_interval_seconds(self) -> int:
+        """`sensor_interval` as Dagster's `minimum_interval_seconds`."""
+        return int(self.sensor_interval.total_seconds())
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -111,6 +121,11 @@ class Settings:
                 lambda v: timedelta(seconds=float(v)),
                 defaults.retry_backoff,
             ),
+            sensor_interval=read(
+                "SESSIONIZE_SENSOR_INTERVAL_SECONDS",
+                _whole_seconds,
+                defaults.sensor_interval,
+            ),
             retention=read(
                 "SESSIONIZE_RETENTION_DAYS",
                 lambda v: timedelta(days=float(v)),
@@ -133,6 +148,13 @@ def _parse_spark_conf(raw: str) -> dict[str, str]:
             raise ValueError(f"expected key=value, got {item!r}")
         conf[key.strip()] = value.strip()
     return conf
+
+
+def _whole_seconds(raw: str) -> timedelta:
+    value = int(raw)
+    if value < 1:
+        raise ValueError(f"expected a whole number of seconds >= 1, got {raw}")
+    return timedelta(seconds=value)
 
 
 def _positive_minutes(raw: str) -> timedelta:

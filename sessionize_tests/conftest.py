@@ -21,17 +21,27 @@ TEST_START = date(2026, 1, 1)
 # (Spark's own suites run both ways), and the driver JVM stops at the C1 compiler: C2 spends
 # most of a core on code that never runs long. Adaptive execution is off: on a few hundred
 # rows it only adds a planning round and a job per shuffle stage. The serial collector spares
-# the other test process the concurrent GC threads. Results depend on none of these; the Spark
-# cluster test runs with the production settings and compares with these.
+# the other test process the concurrent GC threads. No Spark UI: the `sessionize` and `dagster
+# dev` processes the tests start would each serve one nobody reads. Results depend on none of
+# these; the Spark cluster test runs with the production settings and compares with these.
 TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.ui.enabled": "false",
     "spark.driver.extraJavaOptions": DEFAULT_CONF["spark.driver.extraJavaOptions"]
     + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow modules first, each in its own order (a stable sort). `make test` hands its
+    workers whole modules in this order (`--dist loadfile --no-loadscope-reorder`): the
+    modules of several minutes start at once and the short ones fill in around them, instead
+    of one worker running a long module alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +79,7 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "SESSIONIZE_SPARK_MASTER": settings.spark_master,
         "SESSIONIZE_SPARK_CONF": ";".join(f"{k}={v}" for k, v in settings.spark_conf.items()),
         "SESSIONIZE_MAINTENANCE_CRON": settings.maintenance_cron or "off",
+        "SESSIONIZE_SENSOR_INTERVAL_SECONDS": str(settings.sensor_interval_seconds),
     }
 
 

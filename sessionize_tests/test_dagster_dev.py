@@ -27,13 +27,17 @@ from deltalake import DeltaTable
 from sessionize_assets.dev_server import DagsterDev
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.settings import Settings
-from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings, settings_environment
+from sessionize_tests.conftest import make_settings, settings_environment
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
+
+# Minutes of end-to-end runs: started first (conftest.py).
+pytestmark = pytest.mark.slow
 
 START = date(2026, 1, 1)
 DAYS = 3  # the last one is dropped into the landing zone while the UI runs
 BATCH_TIMEOUT = 420.0
+SENSOR_INTERVAL = timedelta(seconds=5)
 SENSORS = (
     "landing_sensor",
     "late_data_sensor",
@@ -98,7 +102,10 @@ def _actual(settings: Settings) -> tuple[dict, Counter, list[tuple], list[tuple]
 def dev(tmp_path_factory):
     root = tmp_path_factory.mktemp("dagster_dev")
     settings = make_settings(
-        root, start_date=START, spark_conf={**TEST_SPARK_CONF, "spark.ui.enabled": "false"}
+        root,
+        start_date=START,
+        # The daemon's own loop is 5 s: each step of a batch waits for one tick, not 15-30 s.
+        sensor_interval=SENSOR_INTERVAL,
     )
     generated = root / "generated"
     generate_landing_zone(out=generated, start=START, days=DAYS, users=40, seed=5, late_share=0.3)

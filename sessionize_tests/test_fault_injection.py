@@ -25,6 +25,9 @@ from sessionize_assets.generator import generate_landing_zone
 from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
 from sessionize_tests.fault_runner import COMMITS_LINE
 
+# Minutes of end-to-end runs: started first (conftest.py).
+pytestmark = pytest.mark.slow
+
 START = date(2026, 1, 1)
 PROJECT = Path(__file__).resolve().parents[1]
 TRIALS = int(os.environ.get("SESSIONIZE_FAULT_TRIALS", "4"))

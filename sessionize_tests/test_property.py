@@ -10,6 +10,7 @@ import tempfile
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,9 @@ from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.driver import process_batch
 from sessionize_tests.test_updates import Pipeline
+
+# Minutes of batches: started first (conftest.py).
+pytestmark = pytest.mark.slow
 
 START = date(2026, 1, 10)
 DAYS = 3  # event days; batches arrive on these days or up to two days later

@@ -32,6 +32,9 @@ from sessionize_tests.conftest import make_settings
 from sessionize_tests.reference import reference_sessions, reference_validate
 from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
 
+# Minutes of end-to-end runs: started first (conftest.py).
+pytestmark = pytest.mark.slow
+
 START = date(2026, 1, 1)
 
 

@@ -15,6 +15,7 @@ def test_defaults_follow_the_spec():
     assert s.max_session_length == timedelta(hours=24)
     assert s.future_tolerance == timedelta(minutes=5)
     assert s.spark_master == "local[*]"
+    assert s.sensor_interval == timedelta(seconds=15)
 
 
 def test_environment_overrides():
@@ -27,6 +28,7 @@ def test_environment_overrides():
             "SESSIONIZE_MAX_SESSION_HOURS": "12",
             "SESSIONIZE_SPARK_MASTER": "spark://host:7077",
             "SESSIONIZE_SPARK_CONF": "spark.executor.memory=4g; spark.sql.shuffle.partitions=64",
+            "SESSIONIZE_SENSOR_INTERVAL_SECONDS": "3",
         }
     )
     assert s.landing_dir == Path("/in") and s.lake_dir == Path("/lake")
@@ -34,6 +36,7 @@ def test_environment_overrides():
     assert s.session_gap == timedelta(minutes=45)
     assert s.max_session_length == timedelta(hours=12)
     assert s.spark_master == "spark://host:7077"
+    assert s.sensor_interval == timedelta(seconds=3) and s.sensor_interval_seconds == 3
     assert s.spark_conf == {
         "spark.executor.memory": "4g",
         "spark.sql.shuffle.partitions": "64",
@@ -48,6 +51,8 @@ def test_environment_overrides():
         ("SESSIONIZE_SESSION_GAP_MINUTES", "0"),
         ("SESSIONIZE_MAX_SESSION_HOURS", "-1"),
         ("SESSIONIZE_SPARK_CONF", "no-equals-sign"),
+        ("SESSIONIZE_SENSOR_INTERVAL_SECONDS", "0"),
+        ("SESSIONIZE_SENSOR_INTERVAL_SECONDS", "2.5"),
     ],
 )
 def test_bad_values_say_which_variable(name, value):

@@ -30,6 +30,9 @@ from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import replay
 from sessionize_tests.conftest import make_settings
 
+# Minutes of end-to-end runs: started first (conftest.py).
+pytestmark = pytest.mark.slow
+
 START = date(2026, 1, 1)
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 TABLES = {

@@ -42,6 +42,9 @@ from sessionize_tests.driver import BatchRun, process_batch
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 from sessionize_tests.reference import reference_sessions, reference_validate
 
+# Minutes of batches in all: started first (conftest.py).
+pytestmark = pytest.mark.slow
+
 D = date(2026, 1, 10)
 
 

@@ -12,6 +12,9 @@ from sessionize_assets.pipeline.events import update_events
 from sessionize_tests.driver import process_batch
 from sessionize_tests.test_updates import Killed, KilledBeforeCommitTo, Pipeline, day
 
+# Minutes of batches in all: started first (conftest.py).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def pipeline(spark, settings) -> Pipeline:
