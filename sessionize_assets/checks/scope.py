@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import days_around, days_between
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, keys_by_partition
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, isin_texts, keys_by_partition
 
 # A run commits to a table a few times, so its commits are among the table's latest ones.
 RECENT_COMMITS = 50
@@ -98,7 +98,7 @@ def sessions_near(
     rows = store.read_files(SESSIONS, files)
     users = sorted({user for found in by_date.values() for user in found})
     if len(users) <= PUSHED_KEYS_TOTAL:  # a filter in the query: no broadcast job
-        return rows.where(F.col("user_id").isin(users))
+        return rows.where(isin_texts(F.col("user_id"), users))
     return rows.join(F.broadcast(pairs.select("user_id").distinct()), on="user_id", how="left_semi")
 
 

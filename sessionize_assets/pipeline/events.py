@@ -47,6 +47,7 @@ from sessionize_assets.pipeline.event_ids import (
     index_missing_batches,
     other_copies,
 )
+from sessionize_assets.pipeline.keyed_reads import isin_texts
 from sessionize_assets.pipeline.manifests import (
     ABSORBED_KEY,
     Inputs,
@@ -350,11 +351,11 @@ def _contest(store: DeltaStore, found: Contested) -> Contest:
     everywhere = [c for group in found.copies.values() for c in group]
     standing = (
         store.read(EVENTS, partitions={d for d, _, _ in everywhere})
-        .where(F.col("event_id").isin(ids))
+        .where(isin_texts(F.col("event_id"), ids))
         .select(*COPY_KEY, F.lit("events").alias("_in"))
         .unionByName(
             rejection_keys(store.read(REJECTED_EVENTS, partitions={r for _, _, r in everywhere}))
-            .where(F.col("event_id").isin(ids))
+            .where(isin_texts(F.col("event_id"), ids))
             .select(*COPY_KEY, F.lit("rejected").alias("_in"))
         )
         .collect()

@@ -11,11 +11,12 @@ partition is read whole. Either way the rows are then matched exactly on (partit
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import date
 from functools import reduce
 
+from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -29,6 +30,10 @@ PUSHED_KEYS_TOTAL = 20_000
 # More (partition, key) pairs than this are not brought to the driver to choose files by their
 # statistics (`keys_by_partition`): the caller searches those partitions whole.
 PRUNING_PAIRS_LIMIT = 200_000
+# From this many texts on, an IN list is built in the JVM from one joined string.
+JVM_LIST_FROM = 64
+# Joins the texts for the JVM: the first of these that no text holds.
+_SEPARATORS = ("\x1f", "\x1e", "\x00", "\n")
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ def read_by_keys(
         frames.append(
             store.read(spec, partitions=searched)
             .select(*columns)
-            .where(F.col(key).isin(keys))
+            .where(isin_texts(F.col(key), keys))
             .where(pair_filter(pairs, partition=part, key=key))
         )
     if scanned:
@@ -95,12 +100,38 @@ def read_by_keys(
     )
 
 
+def isin_texts(column: Column, texts: Collection[str]) -> Column:
+    """`column.isin(texts)`, built with a fixed number of driver round trips.
+
+    PySpark sends each literal of an IN list to the JVM on its own, four py4j round trips
+    apiece: 20,000 keys cost seconds before the query even starts. From JVM_LIST_FROM texts on
+    (and when a separator can join them), the texts travel as one string that the JVM splits
+    and hands to `Column.isInCollection`: the same `In` expression, which the optimizer turns
+    into the same hash set. Spark Connect puts the list in its plan message: `isin` there.
+    """
+    values = sorted(set(texts))
+    context = SparkContext._active_spark_context
+    java = getattr(column, "_jc", None)  # None on Spark Connect, which has no JVM here
+    if len(values) < JVM_LIST_FROM or java is None or context is None:
+        return column.isin(values)
+    if not all(isinstance(v, str) for v in values):
+        return column.isin(values)
+    separator = next((s for s in _SEPARATORS if not any(s in v for v in values)), None)
+    if separator is None:
+        return column.isin(values)
+    pattern = getattr(context._jvm, "java.util.regex.Pattern")
+    # Sorted, the only empty text can be the first, which the split keeps (only trailing empty
+    # strings are dropped).
+    listed = pattern.compile(pattern.quote(separator)).splitAsStream(separator.join(values))
+    return Column(java.isInCollection(listed.toList()))
+
+
 def pair_filter(pairs: Iterable[tuple[date, str]], *, partition: str, key: str) -> Column:
     """Whether a row's (`partition`, `key`) is one of `pairs`: a hash set of their text
     (`date|key`: a date's text has no `|`) in the query, where a join with a frame of them
     would be a broadcast job of its own. For up to PUSHED_KEYS_TOTAL pairs."""
-    texts = sorted(f"{day}|{value}" for day, value in pairs)
-    return F.concat_ws("|", F.col(partition).cast("string"), F.col(key)).isin(texts)
+    texts = [f"{day}|{value}" for day, value in pairs]
+    return isin_texts(F.concat_ws("|", F.col(partition).cast("string"), F.col(key)), texts)
 
 
 def files_for_pairs(

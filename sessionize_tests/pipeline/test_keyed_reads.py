@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
+from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
 from sessionize_assets.lake.store import TableSpec
@@ -49,3 +50,29 @@ def test_read_by_keys_with_nothing_wanted_is_empty(spark, store):
     wanted = spark.createDataFrame([], "day date, user_id string")
     found = read_by_keys(store, SPEC, wanted=wanted, key="user_id", columns=["user_id", "day"])
     assert found.rows.count() == 0 and found.searched == [] and found.scanned == []
+
+
+def test_isin_texts_is_the_same_in_list_whatever_the_texts(spark, monkeypatch):
+    tricky = ["", " padded ", "a.b|c*", "quote'd", 'dq"', "back\\slash", "é ü 中", "unit\x1fsep"]
+    texts = tricky + [f"k{i:04d}" for i in range(keyed_reads.JVM_LIST_FROM * 2)]
+    rows = spark.createDataFrame([(t,) for t in [*texts, "absent", "k9999"]], "k string")
+    column = F.col("k")
+    expected = str(column.isin(sorted(set(texts))))
+    every = [*texts, *keyed_reads._SEPARATORS]
+    few = texts[: keyed_reads.JVM_LIST_FROM - 1]
+    fallbacks = {str(column.isin(sorted(every))), str(column.isin(sorted(few)))}
+
+    def literal_by_literal(self, *values):
+        raise AssertionError("built literal by literal")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(column), "isin", literal_by_literal)
+        built = keyed_reads.isin_texts(column, texts)
+    # The same IN expression as PySpark's own (so the same hash set once optimized).
+    assert str(built) == expected
+    assert sorted(r.k for r in rows.where(built).collect()) == sorted(texts)
+    # When every separator occurs in the texts, or for a few texts: PySpark's isin itself.
+    assert {
+        str(keyed_reads.isin_texts(column, every)),
+        str(keyed_reads.isin_texts(column, few)),
+    } == fallbacks
