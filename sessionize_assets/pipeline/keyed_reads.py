@@ -112,9 +112,12 @@ def isin_texts(column: Column, texts: Collection[str]) -> Column:
     values = sorted(set(texts))
     context = SparkContext._active_spark_context
     java = getattr(column, "_jc", None)  # None on Spark Connect, which has no JVM here
-    if len(values) < JVM_LIST_FROM or java is None or context is None:
-        return column.isin(values)
-    if not all(isinstance(v, str) for v in values):
+    if (
+        len(values) < JVM_LIST_FROM
+        or java is None
+        or context is None
+        or not all(isinstance(v, str) for v in values)
+    ):
         return column.isin(values)
     separator = next((s for s in _SEPARATORS if not any(s in v for v in values)), None)
     if separator is None:
