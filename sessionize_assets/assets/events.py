@@ -63,15 +63,10 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                 f"({len(report.recomputed)} recomputed), {report.raw_rows_read} raw rows read"
             )
             version = report.events_version if report.events_version is not None else -1
-            # The step's output, which the range's partitions all get from Dagster (and the asset
-            # checks wait for): only what is true of every partition.
-            yield MaterializeResult(
-                asset_key=EVENTS.name,
-                metadata={"dagster/uri": MetadataValue.path(store.uri(EVENTS))},
-            )
-            # Then every date asked for (a backfill counts on it), and every other date whose rows
-            # moved because a copy of one of its ids was settled here (displaced or promoted),
-            # each with its own figures as the table holds them now.
+            # Every date asked for (a backfill counts on it) is reported on the output's own
+            # materialization; every other date whose rows moved because a copy of one of its
+            # ids was settled here (displaced or promoted) gets one of its own. Each carries its
+            # own figures as the table holds them now.
             reported = sorted({*dates, *report.also_changed})
             after = store.row_counts(EVENTS, partitions=reported)
             for day in reported:
@@ -87,35 +82,41 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                     what = " (nothing new in this run)"
                 else:
                     what = " (a copy of one of its ids moved to or from another date in this run)"
-                yield AssetMaterialization(
-                    asset_key=EVENTS.name,
-                    partition=key,
-                    metadata={
-                        "dagster/row_count": rows,
-                        "dagster/uri": MetadataValue.path(store.uri(EVENTS)),
-                        "updated": day in report.updated,
-                        "recomputed": day in report.recomputed,
-                        "copies_moved": day in report.also_changed,
-                        **({"events_added": rows - before.get(key, 0)} if requested else {}),
-                        "batches": report.batches_by_date.get(day, 0),
-                        "batches_absorbed": report.absorbed_by_date.get(day, 0),
-                        "delta_version": version,
-                        "summary": MetadataValue.md(
-                            f"**{key}**: {rows} events"
-                            + what
-                            + (
-                                f"; {report.batches_by_date[day]} batches hold events of it."
-                                if requested
-                                else "."
-                            )
-                        ),
-                        **(
-                            run_figures({**_run_figures(report), "spark_jobs": jobs})
-                            if day == reported[-1]
-                            else {}
-                        ),
-                    },
-                )
+                metadata = {
+                    "dagster/row_count": rows,
+                    "dagster/uri": MetadataValue.path(store.uri(EVENTS)),
+                    "updated": day in report.updated,
+                    "recomputed": day in report.recomputed,
+                    "copies_moved": day in report.also_changed,
+                    **({"events_added": rows - before.get(key, 0)} if requested else {}),
+                    "batches": report.batches_by_date.get(day, 0),
+                    "batches_absorbed": report.absorbed_by_date.get(day, 0),
+                    "delta_version": version,
+                    "summary": MetadataValue.md(
+                        f"**{key}**: {rows} events"
+                        + what
+                        + (
+                            f"; {report.batches_by_date[day]} batches hold events of it."
+                            if requested
+                            else "."
+                        )
+                    ),
+                    **(
+                        run_figures({**_run_figures(report), "spark_jobs": jobs})
+                        if day == reported[-1]
+                        else {}
+                    ),
+                }
+                if requested:
+                    context.add_asset_metadata(metadata, asset_key=EVENTS.name, partition_key=key)
+                else:
+                    yield AssetMaterialization(
+                        asset_key=EVENTS.name, partition=key, metadata=metadata
+                    )
+            yield MaterializeResult(
+                asset_key=EVENTS.name,
+                metadata={"dagster/uri": MetadataValue.path(store.uri(EVENTS))},
+            )
 
     return events
 

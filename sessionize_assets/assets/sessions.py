@@ -5,7 +5,6 @@ from datetime import date
 from dagster import (
     AssetDep,
     AssetExecutionContext,
-    AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
@@ -89,16 +88,10 @@ def build_sessions_assets(
                 f"(user, date) pairs; sessions changed on {len(report.changed)} dates"
             )
             version = report.sessions_version if report.sessions_version is not None else -1
-            # The step's outputs, which the range's partitions all get from Dagster (and the asset
-            # checks wait for): only what is true of every partition.
+            # Every date asked for (a backfill counts on it) is reported once per table, on the
+            # output's own materialization, with its own figures as the tables hold them now;
+            # `changed` says whether this run changed it.
             tables = (SESSIONS, SESSION_QUARANTINE, SESSION_CHANGES)
-            for table in tables:
-                yield MaterializeResult(
-                    asset_key=table.name,
-                    metadata={"dagster/uri": MetadataValue.path(store.uri(table))},
-                )
-            # Then every date asked for (a backfill counts on it), each with its own figures as
-            # the tables hold them now; `changed` says whether this run changed it.
             rows = {table: store.row_counts(table, partitions=dates) for table in tables}
             for day in dates:
                 key = day.isoformat()
@@ -125,12 +118,9 @@ def build_sessions_assets(
                     },
                 }
                 for table in tables:
-                    yield AssetMaterialization(
-                        asset_key=table.name,
-                        partition=key,
-                        metadata={
+                    context.add_asset_metadata(
+                        {
                             "dagster/row_count": rows[table].get(key, 0),
-                            "dagster/uri": MetadataValue.path(store.uri(table)),
                             # Read by the lifecycle sensor: the snapshot is corrected from these.
                             "changed": day in report.changed,
                             "updated": day in report.updated,
@@ -138,7 +128,14 @@ def build_sessions_assets(
                             "delta_version": version,
                             **own[table],
                         },
+                        asset_key=table.name,
+                        partition_key=key,
                     )
+            for table in tables:
+                yield MaterializeResult(
+                    asset_key=table.name,
+                    metadata={"dagster/uri": MetadataValue.path(store.uri(table))},
+                )
 
     return sessionize
 
