@@ -164,7 +164,7 @@ def run_shape(
         driver.lifecycle_sensor.tick()
         received = _day(history + 1)
         with _timed(f"[{shape}] one daily batch ({received}) end to end"):
-            outcome = driver.batch(received)
+            outcome = driver.batches(received, received)
         if not outcome.succeeded:
             raise SystemExit(f"batch {received} failed: see {work / 'dagster_home'}")
         figures.append(_batch_figures(instance, received, shape=shape, history=history))

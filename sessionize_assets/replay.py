@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import fcntl
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from dagster import (
     AssetKey,
@@ -57,7 +57,8 @@ from sessionize_assets.sensors import (
 )
 from sessionize_assets.settings import Settings
 
-# The tag on every run of a replay, with the received day of the batch it processes.
+# The tag on every run of a replay, with the received day (first..last) of the batches it
+# processes.
 REPLAY_BATCH_TAG = "sessionize/replay_batch"
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
 _MAX_AUTOMATION_ROUNDS = 5
@@ -68,7 +69,9 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 @dataclass(frozen=True, kw_only=True)
 class BatchOutcome:
-    received_date: date | None  # None: the catch-up with what the lake held behind
+    # The first and last received day of the batches processed together (the same day for
+    # one batch); None: the catch-up with what the lake held behind.
+    received: tuple[date, date] | None
     runs: int
     succeeded: bool
     # The job whose run failed, and the first line of its error (which names the file when
@@ -109,10 +112,10 @@ class ReplaySummary:
 
         runs = [b.runs for b in self.batches]
         failed = [b for b in self.batches if not b.succeeded]
+        days = sum((b.received[1] - b.received[0]).days + 1 for b in self.batches if b.received)
         out = [
-            f"batches: {len(self.batches)} processed, {len(self.skipped)} skipped, "
-            f"{len(failed)} failed",
-            *(f"  FAILED {b.received_date} in {b.failed_job}: {b.error}" for b in failed),
+            f"batches: {days} processed, {len(self.skipped)} skipped, {len(failed)} failed",
+            *(f"  FAILED {_days(b.received)} in {b.failed_job}: {b.error}" for b in failed),
             f"lines: {total('lines')} = {total('accepted')} accepted + "
             f"{total('rejected')} rejected at ingestion; late events: {total('late_events')}",
             f"sessions recomputed for {total('pairs_recomputed')} (user, day) pairs of "
@@ -121,7 +124,7 @@ class ReplaySummary:
             "(each batch extends it to its day and corrects from its earliest changed session)",
         ]
         if runs:
-            out.append(f"runs per batch: max {max(runs)}, total {sum(runs)}")
+            out.append(f"runs per batch (or batches at once): max {max(runs)}, total {sum(runs)}")
         return out
 
 
@@ -162,11 +165,21 @@ def announce_daemon(
 
 
 def replay(
-    *, settings: Settings, instance: DagsterInstance, echo: Callable[[str], None] = print
+    *,
+    settings: Settings,
+    instance: DagsterInstance,
+    echo: Callable[[str], None] = print,
+    at_once: bool = False,
 ) -> ReplaySummary:
     """Process the landing zone's new and changed batches, oldest first, each through to the
     snapshot; a batch whose content was ingested already is not touched (as the landing
     sensor decides), so a second replay of the same zone does nothing.
+
+    With `at_once`, the batches of consecutive received days go together, as the daemon's
+    landing sensor asks for them when it finds them at one tick (a first load, a backlog):
+    one ingest range run of at most `max_partitions_per_run` days, followed through to the
+    snapshot together. The tables end the same; the runs' fixed costs are paid once, and
+    late events no longer show as corrections of what an earlier batch wrote.
 
     It holds the lake's replay lock throughout. It starts by reporting failed the runs a
     killed replay (or a dead run worker) left unfinished, so nothing waits on them."""
@@ -179,11 +192,22 @@ def replay(
             # Only a replay runs its runs; holding the lock, none of theirs is still going.
             abandoned=lambda run: REPLAY_BATCH_TAG in run.tags,
         )
-        return _replay(settings=settings, instance=instance, echo=echo)
+        return _replay(settings=settings, instance=instance, echo=echo, at_once=at_once)
+
+
+def _days(received: tuple[date, date] | None) -> str:
+    if received is None:
+        return "catch-up"
+    first, last = received
+    return first.isoformat() if first == last else f"{first}..{last}"
 
 
 def _replay(
-    *, settings: Settings, instance: DagsterInstance, echo: Callable[[str], None]
+    *,
+    settings: Settings,
+    instance: DagsterInstance,
+    echo: Callable[[str], None],
+    at_once: bool,
 ) -> ReplaySummary:
     defs = build_definitions(settings)
     landing = defs.resources["landing"]
@@ -222,10 +246,18 @@ def _replay(
         if not outcome.succeeded:
             echo(f"stopping: {outcome.failed_job} failed ({outcome.error}); see its runs in the UI")
             pending = []
-    for index, batch in enumerate(pending, start=1):
-        key = batch.received.isoformat()
-        prefix = f"[{index}/{len(pending)}] {key} ({batch.why}):"
-        outcome = driver.batch(batch.received)
+    why = {batch.received: batch.why for batch in pending}
+    groups = (
+        contiguous_ranges(sorted(why), max_days=settings.max_partitions_per_run, bridge_gaps=False)
+        if at_once
+        else [(day, day) for day in sorted(why)]
+    )
+    for index, (first, last) in enumerate(groups, start=1):
+        key = _days((first, last))
+        reasons = Counter(why[day] for day in why if first <= day <= last)
+        said = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+        prefix = f"[{index}/{len(groups)}] {key} ({said if first != last else why[first]}):"
+        outcome = driver.batches(first, last)
         summary.batches.append(outcome)
         echo(
             f"{prefix} {'ok' if outcome.succeeded else 'FAILED'} in {outcome.seconds:.1f}s, "
@@ -332,9 +364,10 @@ class BatchDriver:
         ticks = (self.late_data, self.lifecycle_sensor)
         return {t.name: t.cursor for t in ticks if t.cursor is not None}
 
-    def batch(self, received: date) -> BatchOutcome:
-        """Ingest the batch of `received`, then follow it through to the snapshot."""
-        return self._drive(received)
+    def batches(self, first: date, last: date) -> BatchOutcome:
+        """Ingest the batches received `first`..`last` in one range run, then follow them
+        through to the snapshot together."""
+        return self._drive((first, last))
 
     def catch_up(self) -> BatchOutcome | None:
         """Follow through what the lake holds behind, with no new batch: the event dates
@@ -343,11 +376,11 @@ class BatchDriver:
         outcome = self._drive(None)
         return outcome if outcome.runs else None
 
-    def _drive(self, received: date | None) -> BatchOutcome:
+    def _drive(self, received: tuple[date, date] | None) -> BatchOutcome:
         started = time.monotonic()
         # Replay retries by being run again; a daemon on the same instance must not re-run
         # its runs behind it.
-        batch = received.isoformat() if received else "catch-up"
+        batch = _days(received)
         tags = {REPLAY_BATCH_TAG: batch, "dagster/max_retries": "0"}
         runs: list[ExecuteInProcessResult] = []
 
@@ -362,10 +395,10 @@ class BatchDriver:
                 runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
             return run_succeeded(runs[-1])
 
-        ok, raw = True, {}
+        ok, raw = True, Counter[str]()
         if received is not None:
-            ok = run(self.ingest, received.isoformat(), received.isoformat())
-            raw = _metadata(runs[-1], "raw_events")
+            ok = run(self.ingest, received[0].isoformat(), received[1].isoformat())
+            raw = _batch_totals(runs[-1])
         # Catching up, replay is the retry of what is behind: it asks the lake, with no backoff.
         events_ranges = (
             [
@@ -407,15 +440,15 @@ class BatchDriver:
             ok = run(self.lifecycle, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
         failed = next((r for r in runs if not run_succeeded(r)), None)
         return BatchOutcome(
-            received_date=received,
+            received=received,
             runs=len(runs),
             succeeded=ok,
             failed_job=failed.job_def.name if failed else None,
             error=(failed_checks(failed) or _first_error(failed)) if failed else None,
-            lines=int(raw.get("lines", 0)),
-            accepted=int(raw.get("accepted", 0)),
-            rejected=int(raw.get("rejected", 0)),
-            late_events=int(raw.get("late_events", 0)),
+            lines=raw["lines"],
+            accepted=raw["accepted"],
+            rejected=raw["rejected"],
+            late_events=raw["late_events"],
             event_dates_updated=sum(len(flagged_partitions(r, "events", "updated")) for r in runs),
             session_dates_updated=sum(
                 len(flagged_partitions(r, "sessions", "updated")) for r in runs
@@ -491,11 +524,16 @@ def _first_error(result: ExecuteInProcessResult) -> str:
     return "the run failed"
 
 
-def _metadata(result: ExecuteInProcessResult, asset: str) -> dict[str, Any]:
+def _batch_totals(result: ExecuteInProcessResult) -> Counter[str]:
+    """The lines, accepted, rejected and late events of the batches an ingest run read (its
+    `raw_events` materializations, one per batch)."""
+    totals: Counter[str] = Counter()
     for event in result.get_asset_materialization_events():
-        if event.asset_key == AssetKey(asset):
-            return {k: v.value for k, v in event.materialization.metadata.items()}
-    return {}
+        if event.asset_key == AssetKey("raw_events"):
+            figures = {k: v.value for k, v in event.materialization.metadata.items()}
+            for name in ("lines", "accepted", "rejected", "late_events"):
+                totals[name] += int(figures.get(name) or 0)  # type: ignore[arg-type]
+    return totals
 
 
 def flagged_partitions(result: ExecuteInProcessResult, asset: str, flag: str) -> list[date]:

@@ -142,6 +142,32 @@ def _assert_tables_equal_the_full_recompute(settings, spark) -> None:
     assert quarantined == flagged and len(flagged) > 0
 
 
+def test_an_at_once_replay_leaves_the_full_recompute_and_true_metadata(spark, tmp_path):
+    """The same zone replayed at once (one ingest range run for the ten days, as the landing
+    sensor asks for a backlog) ends equal to the full recompute, in one batch of runs, and
+    every partition reports its own content."""
+    settings = make_settings(tmp_path, start_date=START)
+    report = generate_landing_zone(
+        out=settings.landing_dir, start=START, days=10, users=300, seed=11, late_share=0.05
+    )
+    lines: list[str] = []
+    with instance_for_test() as instance:
+        summary = replay(settings=settings, instance=instance, echo=lines.append, at_once=True)
+        assert summary.ok and len(summary.batches) == 1
+        (outcome,) = summary.batches
+        assert outcome.received == (START, date(2026, 1, 10)) and outcome.runs <= 5
+        assert outcome.lines == report.lines and outcome.late_events > 0
+        assert any(line.startswith("[1/1] 2026-01-01..2026-01-10 (10 new): ok") for line in lines)
+        assert any(line.startswith("batches: 10 processed, 0 skipped, 0 failed") for line in lines)
+        sessions = _latest_metadata(instance, "sessions")
+    _assert_tables_equal_the_full_recompute(settings, spark)
+    table = _rows_by_partition(settings.lake_dir / "sessions", "session_date")
+    assert set(table) <= set(sessions)
+    assert {k: m["dagster/row_count"] for k, m in sessions.items()} == {
+        k: table.get(k, 0) for k in sessions
+    }
+
+
 def _latest_metadata(instance, asset: str) -> dict[str, dict]:
     """Each partition's latest materialization metadata, as the UI shows it."""
     latest: dict[str, dict] = {}
@@ -313,7 +339,7 @@ def test_a_second_replay_does_nothing_and_a_redelivery_counts_by_content(replaye
         files[0].unlink()
         lines.clear()
         changed = replay(settings=settings, instance=instance, echo=lines.append)
-        assert changed.ok and [b.received_date for b in changed.batches] == [date(2026, 1, 4)]
+        assert changed.ok and [b.received for b in changed.batches] == [(date(2026, 1, 4),) * 2]
         assert any(line.startswith("[1/1] 2026-01-04 (changed): ok") for line in lines)
     _assert_tables_equal_the_full_recompute(settings, spark)
 
@@ -333,9 +359,9 @@ def test_a_corrupt_batch_fails_alone_and_replay_goes_on(replayed, spark):
         lines: list[str] = []
         summary = replay(settings=settings, instance=instance, echo=lines.append)
         assert not summary.ok
-        assert [(b.received_date, b.succeeded) for b in summary.batches] == [
-            (bad_day, False),
-            (good_day, True),
+        assert [(b.received, b.succeeded) for b in summary.batches] == [
+            ((bad_day, bad_day), False),
+            ((good_day, good_day), True),
         ]
         assert summary.batches[0].runs == 1  # ingest only: nothing of it was committed
         assert (
@@ -347,5 +373,5 @@ def test_a_corrupt_batch_fails_alone_and_replay_goes_on(replayed, spark):
         )
         bad.unlink()
         fixed = replay(settings=settings, instance=instance, echo=lines.append)
-        assert fixed.ok and [b.received_date for b in fixed.batches] == [bad_day]
+        assert fixed.ok and [b.received for b in fixed.batches] == [(bad_day, bad_day)]
     _assert_tables_equal_the_full_recompute(settings, spark)

@@ -117,6 +117,12 @@ class EmbeddedDeltaStore:
         self._snapshots[path] = table
         return table
 
+    def _committed(self, spec: TableSpec) -> int:
+        """The version a commit just made (the table's latest)."""
+        table = self._table(spec)
+        assert table is not None, spec.name
+        return table.version()
+
     def version(self, spec: TableSpec) -> int | None:
         table = self._table(spec)
         return None if table is None else table.version()
@@ -496,7 +502,7 @@ class EmbeddedDeltaStore:
                 raise
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            return commit_info(spec, self.read_version(spec), written, adds, len(touched))
+            return commit_info(spec, self._committed(spec), written, adds, len(touched))
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
 
     def _touched_arrow(
@@ -639,7 +645,7 @@ class EmbeddedDeltaStore:
                 log.warning("%s: commit conflict (attempt %d), retrying", spec.name, attempt)
                 time.sleep(0.05 * attempt)
                 continue
-            return self.read_version(spec), removed
+            return self._committed(spec), removed
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
 
 
