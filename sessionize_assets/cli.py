@@ -10,7 +10,6 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
@@ -130,34 +129,25 @@ def _hand_over_cursors(cursors: dict[str, str]) -> None:
     override its RUNNING default. A sensor's state is kept per code location name, so both
     go through a workspace that names the location as `workspace.yaml` does: with `-m MODULE`
     they would reach a location named after the module, which the daemon never reads.
-    Each command loads the code location (about 2 s): the sensors go side by side, each
-    sensor's two commands in order.
     """
     dagster = Path(sys.executable).with_name("dagster")
-
-    def hand_over(name: str, cursor: str, workspace: Path) -> str:
-        for command in (["cursor", name, "--set", cursor], ["start", name]):
-            done = subprocess.run(
-                [str(dagster), "sensor", *command, "-w", str(workspace)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if done.returncode != 0:
-                problem = done.stderr.strip()[-500:]
-                return f"warning: could not hand {name} over ({command[0]}): {problem}"
-        return f"{name}: cursor stored for the daemon ({cursor})"
-
     with tempfile.TemporaryDirectory(prefix="sessionize-") as folder:
         workspace = Path(folder) / "workspace.yaml"
         workspace.write_text(workspace_yaml())
-        with ThreadPoolExecutor(max_workers=max(1, len(cursors))) as pool:
-            said = [
-                pool.submit(hand_over, name, cursor, workspace)
-                for name, cursor in sorted(cursors.items())
-            ]
-            for outcome in said:
-                print(outcome.result())
+        for name, cursor in sorted(cursors.items()):
+            for command in (["cursor", name, "--set", cursor], ["start", name]):
+                done = subprocess.run(
+                    [str(dagster), "sensor", *command, "-w", str(workspace)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if done.returncode != 0:
+                    problem = done.stderr.strip()[-500:]
+                    print(f"warning: could not hand {name} over ({command[0]}): {problem}")
+                    break
+            else:
+                print(f"{name}: cursor stored for the daemon ({cursor})")
 
 
 def build_parser() -> argparse.ArgumentParser:

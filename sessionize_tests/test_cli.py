@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessionize_assets.cli import main
+from sessionize_assets.cli import build_parser, main
 
 
 def test_generate_writes_a_landing_zone(tmp_path, capsys, monkeypatch):
@@ -48,3 +48,9 @@ def test_generate_needs_days_or_append_day(tmp_path):
         main([*zone, "--out", str(tmp_path)])
     with pytest.raises(SystemExit):
         main([*zone, "--days", "2", "--append-day", "--out", str(tmp_path)])
+
+
+def test_replay_takes_batches_one_by_one_unless_at_once():
+    parser = build_parser()
+    assert parser.parse_args(["replay"]).at_once is False
+    assert parser.parse_args(["replay", "--at-once"]).at_once is True
