@@ -9,6 +9,10 @@ sensor finally asks for one snapshot run through the batch's day, which corrects
 the earliest changed session date on. Range runs skip partitions with nothing new, so a batch
 costs four runs unless its late events span more than `max_partitions_per_run` days. Runs go
 into the given Dagster instance, so `dagster dev` on the same DAGSTER_HOME shows them.
+
+`at_once` takes a backlog as the daemon does when it finds several folders at one tick: the
+batches of consecutive days in one ingest range run, followed through together (four runs for
+all of them).
 """
 
 from __future__ import annotations
