@@ -159,13 +159,10 @@ def test_an_at_once_replay_leaves_the_full_recompute_and_true_metadata(spark, tm
         assert outcome.lines == report.lines and outcome.late_events > 0
         assert any(line.startswith("[1/1] 2026-01-01..2026-01-10 (10 new): ok") for line in lines)
         assert any(line.startswith("batches: 10 processed, 0 skipped, 0 failed") for line in lines)
-        sessions = _latest_metadata(instance, "sessions")
+        _assert_partitions_report_their_rows(
+            instance, settings.lake_dir, "sessions", "session_date"
+        )
     _assert_tables_equal_the_full_recompute(settings, spark)
-    table = _rows_by_partition(settings.lake_dir / "sessions", "session_date")
-    assert set(table) <= set(sessions)
-    assert {k: m["dagster/row_count"] for k, m in sessions.items()} == {
-        k: table.get(k, 0) for k in sessions
-    }
 
 
 def _latest_metadata(instance, asset: str) -> dict[str, dict]:
@@ -179,6 +176,18 @@ def _latest_metadata(instance, asset: str) -> dict[str, dict]:
             k: v.value for k, v in materialization.metadata.items()
         }
     return latest
+
+
+def _assert_partitions_report_their_rows(instance, lake, asset: str, column: str) -> None:
+    """Each partition's latest `dagster/row_count` is its rows in the Delta table, and every
+    partition with rows was reported."""
+    reported = _latest_metadata(instance, asset)
+    table = _rows_by_partition(lake / asset, column)
+    assert reported, asset
+    assert set(table) <= set(reported), f"{asset}: a partition with rows was never reported"
+    assert {k: m["dagster/row_count"] for k, m in reported.items()} == {
+        k: table.get(k, 0) for k in reported
+    }, asset
 
 
 def _rows_by_partition(path, column: str) -> Counter:
@@ -196,13 +205,7 @@ def test_each_partition_reports_its_own_content(replayed):
         ("session_quarantine", "session_date"),
         ("session_changes", "session_date"),
     ):
-        reported = _latest_metadata(instance, asset)
-        table = _rows_by_partition(lake / asset, column)
-        assert reported, asset
-        assert set(table) <= set(reported), f"{asset}: a partition with rows was never reported"
-        assert {k: m["dagster/row_count"] for k, m in reported.items()} == {
-            k: table.get(k, 0) for k in reported
-        }, asset
+        _assert_partitions_report_their_rows(instance, lake, asset, column)
     # Run-wide figures sit on one partition per run, never on all of a range's partitions.
     sessions = _latest_metadata(instance, "sessions")
     assert any("run_pairs_recomputed" not in m for m in sessions.values())

@@ -113,10 +113,7 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                     yield AssetMaterialization(
                         asset_key=EVENTS.name, partition=key, metadata=metadata
                     )
-            yield MaterializeResult(
-                asset_key=EVENTS.name,
-                metadata={"dagster/uri": MetadataValue.path(store.uri(EVENTS))},
-            )
+            yield MaterializeResult(asset_key=EVENTS.name)  # each date's metadata is above
 
     return events
 

@@ -118,10 +118,10 @@ class EmbeddedDeltaStore:
         return table
 
     def _committed(self, spec: TableSpec) -> int:
-        """The version a commit just made (the table's latest)."""
-        table = self._table(spec)
-        assert table is not None, spec.name
-        return table.version()
+        """The version a commit just made (the table's latest; it exists once committed to)."""
+        version = self.version(spec)
+        assert version is not None, spec.name
+        return version
 
     def version(self, spec: TableSpec) -> int | None:
         table = self._table(spec)
