@@ -291,8 +291,24 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, setti
     def add(spec, frame):
         return lambda tags: store.rewrite(spec, add=lambda: frame, commit_metadata=tags)
 
-    harmless = add(SESSIONS, sessions(row("v1", "v", day, (8, 0), 1)))
+    harmless = add(
+        SESSIONS, sessions(row("v0", "v", day, (6, 0), 1), row("v1", "v", day, (8, 0), 1))
+    )
     assert failed(harmless, add(EVENTS, events("b"))) == set()
+
+    def write_v1_twice(tags):
+        """Rewrites v's file (v1 is copied over as it was) and adds v1 again."""
+        store.rewrite(
+            SESSIONS,
+            partitions=[day],
+            drop=F.col("session_id") == "v0",
+            add=lambda: sessions(row("v1", "v", day, (8, 0), 1)),
+            commit_metadata=tags,
+        )
+
+    # The checks read what the run changed, not the rows it copied over: a copy it wrote
+    # twice is still one it changed.
+    assert failed(write_v1_twice) == {"no_overlapping_sessions"}
     # u's new session starts before the evening session of the day before has ended.
     assert failed(add(SESSIONS, sessions(row("s1", "u", day, (0, 30), 1)))) == {
         "no_overlapping_sessions"

@@ -251,14 +251,21 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         context, store, selected = step.context, step.store, step.selected
         sessions_written = written(context, store, SESSIONS)
         quarantine_written = written(context, store, SESSION_QUARANTINE)
-        added = (
-            step.cache(store.read_files(SESSIONS, sessions_written.added))
+        # The rows the run changed. A rewritten file also holds the rows it copied over as they
+        # were (the file's other users): the runs that wrote those checked them. The
+        # difference counts copies, so a row the run wrote twice stays in it.
+        changed = (
+            step.cache(
+                store.read_files(SESSIONS, sessions_written.added).exceptAll(
+                    store.read_files(SESSIONS, sessions_written.removed)
+                )
+            )
             if sessions_written and sessions_written.added
             else None
         )
         rules: dict[str, Violations] = {}
         if "sessions_well_formed" in selected:
-            rows = added
+            rows = changed
             if rows is None:
                 rows = store.read(SESSIONS, partitions=covered_dates(context, [sessions_written]))
             rules["sessions_well_formed"] = malformed_sessions(
@@ -266,10 +273,14 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             )
         pair = ["session_date", "user_id"]
         # The (date, user) pairs whose sessions the other two checks read, found by user in
-        # one lookup: an added session's user can overlap its sessions within reach; a
+        # one lookup: a changed session's user can overlap its sessions within reach; a
         # quarantine mismatch the run made involves a quarantine row of a date it wrote (there
-        # are few), one it removed, or a flagged session it added.
-        overlap = added.select(*pair) if "no_overlapping_sessions" in selected and added else None
+        # are few), one it removed, or a flagged session it changed.
+        overlap = (
+            changed.select(*pair)
+            if "no_overlapping_sessions" in selected and changed is not None
+            else None
+        )
         quarantine: DataFrame | None = None
         listed: DataFrame | None = None
         quarantine_dates = covered_dates(context, [sessions_written, quarantine_written])
@@ -280,8 +291,8 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 listed = quarantine.select(*pair).unionByName(
                     store.read_files(SESSION_QUARANTINE, removed).select(*pair)
                 )
-                if added is not None:
-                    listed = listed.unionByName(added.where("is_quarantined").select(*pair))
+                if changed is not None:
+                    listed = listed.unionByName(changed.where("is_quarantined").select(*pair))
         wanted = [frame for frame in (overlap, listed) if frame is not None]
         near = (
             sessions_near(store, reduce(DataFrame.unionByName, wanted), before=reach, after=reach)

@@ -3,10 +3,12 @@
 A check that runs with a materialization verifies what that run changed, so a daily batch
 pays for its own rows, not for the history nor for every row of the dates it touched. The
 Delta log says what a run wrote: each commit carries `dagster_run_id`, and its add and remove
-actions name the files. An invariant of single rows (well-formed sessions) then reads the files
-the run added. One that relates a row to others (unique ids, overlaps, the quarantine) reads
-the added rows' keys and finds the rows they can conflict with by key: rows the run did not
-touch were checked by the run that wrote them.
+actions name the files. An invariant of single rows (well-formed sessions) then reads the rows
+the run wrote: those of the files it added, for `sessions` less the rows it copied over
+unchanged from the files it removed (a rewritten sessions file keeps its other users' rows).
+One that relates a row to others (unique ids, overlaps, the quarantine) reads those rows' keys
+and finds the rows they can conflict with by key: rows the run did not change were checked by
+the run that wrote them.
 
 Run on its own (the UI's "Execute checks" on an asset), a check has no partitions and reads
 the whole table. A partitioned run that wrote nothing, or whose files the log no longer
@@ -23,7 +25,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import days_around, days_between
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, isin_texts, keys_by_partition
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, keys_by_partition, pair_filter
 
 # A run commits to a table a few times, so its commits are among the table's latest ones.
 RECENT_COMMITS = 50
@@ -96,9 +98,13 @@ def sessions_near(
         SESSIONS, column="user_id", values={d: sorted(u) for d, u in sorted(near.items())}
     )
     rows = store.read_files(SESSIONS, files)
-    users = sorted({user for found in by_date.values() for user in found})
-    if len(users) <= PUSHED_KEYS_TOTAL:  # a filter in the query: no broadcast job
-        return rows.where(isin_texts(F.col("user_id"), users))
+    wanted = [(day, user) for day, users in sorted(near.items()) for user in sorted(users)]
+    if len(wanted) <= PUSHED_KEYS_TOTAL:
+        # A hash set of the exact (date, user) pairs in the query, evaluated on each row read:
+        # no broadcast job. The files were chosen by their user range already; a `user_id IN`
+        # list pushed to the Parquet reader would be checked again file by file, which costs
+        # more than the hash set with thousands of users.
+        return rows.where(pair_filter(wanted, partition="session_date", key="user_id"))
     return rows.join(F.broadcast(pairs.select("user_id").distinct()), on="user_id", how="left_semi")
 
 
