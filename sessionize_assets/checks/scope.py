@@ -98,12 +98,14 @@ def sessions_near(
         SESSIONS, column="user_id", values={d: sorted(u) for d, u in sorted(near.items())}
     )
     rows = store.read_files(SESSIONS, files)
-    wanted = [(day, user) for day, users in sorted(near.items()) for user in sorted(users)]
-    if len(wanted) <= PUSHED_KEYS_TOTAL:
+    looked_up = {user for found in by_date.values() for user in found}
+    if len(looked_up) <= PUSHED_KEYS_TOTAL:
         # A hash set of the exact (date, user) pairs in the query, evaluated on each row read:
         # no broadcast job. The files were chosen by their user range already; a `user_id IN`
         # list pushed to the Parquet reader would be checked again file by file, which costs
-        # more than the hash set with thousands of users.
+        # more than the hash set with thousands of users. Bounded by users as before: a user's
+        # pairs are its dates within reach.
+        wanted = [(day, user) for day, found in sorted(near.items()) for user in sorted(found)]
         return rows.where(pair_filter(wanted, partition="session_date", key="user_id"))
     return rows.join(F.broadcast(pairs.select("user_id").distinct()), on="user_id", how="left_semi")
 
