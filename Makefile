@@ -15,7 +15,14 @@ DEMO_START ?= $(shell cat $(DEMO_START_FILE) 2>/dev/null || date -u -d "-$(DEMO_
 DEMO_USERS ?= 300
 DEMO_SEED ?= 7
 
-.PHONY: help java demo demo-day test lint format ui screenshot bench clean
+# The Delta Lake jars for Spark: the release built for the installed pyspark (Delta 4.0.x for
+# Spark 4.0.x, docs.delta.io/releases), fetched from Maven Central with mvn into an ignored
+# folder. Spark loads them from there (spark.jars): no network when a session starts.
+DELTA_VERSION := 4.0.1
+DELTA_JARS_DIR := jars/delta
+DELTA_JARS_STAMP := $(DELTA_JARS_DIR)/.fetched-$(DELTA_VERSION)
+
+.PHONY: help java jars demo demo-day test lint format ui screenshot bench clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
@@ -24,6 +31,7 @@ help:
 	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
 	@echo "make bench  the scale benchmark (BENCH_ARGS=--quick for a few minutes)"
+	@echo "make jars   fetch the Delta Lake jars for Spark from Maven Central (make test does)"
 
 # PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
 java:
@@ -37,6 +45,23 @@ java:
 		echo "Install it (e.g. 'sudo apt-get install openjdk-17-jre-headless') and retry." >&2; \
 		exit 1; \
 	fi
+
+jars: $(DELTA_JARS_STAMP)
+
+# delta-spark and delta-storage only: their other runtime dependencies (Scala, ANTLR) are
+# pyspark's own jars, and a second copy of a different version must not join the classpath.
+$(DELTA_JARS_STAMP):
+	@command -v mvn >/dev/null || { \
+		echo "error: Maven (mvn) fetches the Delta Lake jars and was not found." >&2; \
+		echo "Install it (e.g. 'sudo apt-get install maven'), or see the README for" >&2; \
+		echo "spark.jars.packages, which has Spark fetch them when a session starts." >&2; \
+		exit 1; }
+	rm -rf $(DELTA_JARS_DIR)
+	for artifact in delta-spark_2.13 delta-storage; do \
+		mvn --batch-mode --quiet dependency:copy -Dartifact=io.delta:$$artifact:$(DELTA_VERSION) \
+			-DoutputDirectory=$(DELTA_JARS_DIR) || exit 1; \
+	done
+	touch $@
 
 $(VENV):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -58,7 +83,7 @@ format: $(STAMP)
 # Two workers, a whole module at a time (modules share fixtures and some tests build on the
 # previous one), the slow modules first (sessionize_tests/conftest.py).
 PYTEST_WORKERS ?= 2
-test: java $(STAMP) lint
+test: java jars $(STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=8
 
 $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml

@@ -25,7 +25,7 @@ from sessionize_assets.partitions import (
 )
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
-from sessionize_assets.resources.spark import SparkResource
+from sessionize_assets.resources.spark import SparkResource, spark_config
 from sessionize_assets.schedules import build_maintenance_job, build_maintenance_schedule
 from sessionize_assets.sensors import (
     build_landing_sensor,
@@ -56,7 +56,9 @@ LIFECYCLE_ASSETS = ("user_lifecycle_state", "user_lifecycle_snapshot")
 
 def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
     spark = SparkResource(
-        master=settings.spark_master, conf=dict(settings.spark_conf), ui_enabled=spark_ui
+        spark_config=spark_config(
+            master=settings.spark_master, conf=settings.spark_conf, ui_enabled=spark_ui
+        )
     )
     return {
         "spark": spark,

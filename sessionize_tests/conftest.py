@@ -12,10 +12,17 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.resources.spark import DEFAULT_CONF, SparkResource
+from sessionize_assets.resources.spark import (
+    DEFAULT_CONF,
+    SparkResource,
+    delta_jars,
+    spark_config,
+)
 from sessionize_assets.settings import Settings
 
 TEST_START = date(2026, 1, 1)
+# `make jars` puts them there: the tests' session loads them, for the delta-spark backend.
+DELTA_JARS_DIR = Path(__file__).resolve().parents[1] / "jars" / "delta"
 # The tests' data is a few hundred rows, and each test process lives a few minutes: compiling
 # and scheduling are most of the work. Expressions are interpreted, not compiled to Java
 # (Spark's own suites run both ways), and the driver JVM stops at the C1 compiler: C2 spends
@@ -46,7 +53,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark_resource() -> SparkResource:
-    return SparkResource(master="local[2]", conf=TEST_SPARK_CONF, ui_enabled=False)
+    return SparkResource(
+        spark_config=spark_config(
+            master="local[2]",
+            conf=TEST_SPARK_CONF,
+            ui_enabled=False,
+            jars=delta_jars(DELTA_JARS_DIR),
+        )
+    )
 
 
 @pytest.fixture(scope="session")

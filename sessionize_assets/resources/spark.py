@@ -1,18 +1,24 @@
-"""The Spark session a run uses: local by default, a cluster or Spark Connect by one setting."""
+"""The Spark session a run uses: local by default, a cluster or Spark Connect by one setting.
+
+The resource is dagster-pyspark's `LazyPySparkResource`, so the session starts the first time a
+step asks for it: a sensor, or a step that needs no Spark, starts no JVM. `spark_config` builds
+its configuration from sessionize's settings; `SparkResource.session` adds the guarantees the
+pipeline's correctness depends on.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
 
-from dagster import ConfigurableResource
-from pydantic import Field
+from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
+APP_NAME = "sessionize"
 # Correctness depends on these: event dates are UTC dates, and Delta readers expect
 # microsecond Parquet timestamps (Spark's default INT96 is not what they read).
 REQUIRED_CONF = {
@@ -40,37 +46,91 @@ LOCAL_CONF = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
     "spark.sql.adaptive.enabled": "false",
 }
+# Delta Lake's SQL and catalog support, with its jars on the classpath (`delta_jars`).
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+# What `make jars` fetches from Maven Central: the Delta release built for the installed Spark.
+DELTA_JAR_PREFIXES = ("delta-spark_", "delta-storage-")
 
 
-class SparkResource(ConfigurableResource):
-    """Builds (or reuses) the process's SparkSession with sessionize's required settings."""
+def delta_jars(folder: Path) -> list[Path]:
+    """The Delta Lake jars in `folder` (`make jars` puts them in `jars/delta`).
 
-    master: str = Field(
-        default="local[*]",
-        description="local[*], spark://host:7077, yarn, k8s://..., or sc://host:15002 for Connect",
-    )
-    app_name: str = "sessionize"
-    conf: dict[str, str] = Field(default_factory=dict, description="any extra Spark conf")
-    ui_enabled: bool = True
+    Raises `FileNotFoundError`, saying how to get them, when one is missing: a session started
+    without them fails later, on its first Delta operation, with a class-not-found error.
+    """
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [p for p in DELTA_JAR_PREFIXES if not any(j.name.startswith(p) for j in found)]
+    if missing:
+        raise FileNotFoundError(
+            f"the Delta Lake jars ({', '.join(p.rstrip('_-') for p in missing)}) are not in "
+            f"{folder}: run `make jars`, or point SESSIONIZE_DELTA_JARS_DIR at a folder that "
+            "holds them"
+        )
+    return [j for j in found if j.name.startswith(DELTA_JAR_PREFIXES)]
+
+
+def spark_config(
+    *,
+    master: str = "local[*]",
+    conf: Mapping[str, str] | None = None,
+    ui_enabled: bool = True,
+    jars: Sequence[Path] = (),
+) -> dict[str, str]:
+    """The configuration a sessionize session starts with, for `SparkResource(spark_config=...)`.
+
+    `master` is local[*], spark://host:7077, yarn, k8s://... or sc://host:15002 for Spark
+    Connect (whose server has its own configuration: only the address is sent). Then come
+    `DEFAULT_CONF`, `LOCAL_CONF` in local mode, `jars` on the classpath with `DELTA_CONF`, and
+    last `conf`, which overrides any of them but `REQUIRED_CONF` (`SparkResource.session`
+    refuses a session without those).
+    """
+    extra = dict(conf or {})
+    if master.startswith("sc://"):
+        return {"spark.remote": master}
+    config = {
+        "spark.master": master,
+        "spark.app.name": APP_NAME,
+        **REQUIRED_CONF,
+        **DEFAULT_CONF,
+        "spark.ui.enabled": str(ui_enabled).lower(),
+    }
+    if master.startswith("local"):
+        config |= LOCAL_CONF
+    if jars:
+        listed = [str(j.absolute()) for j in jars]
+        config |= DELTA_CONF | {
+            "spark.jars": ",".join(filter(None, [*listed, extra.pop("spark.jars", "")]))
+        }
+    return config | extra
+
+
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazily started session, with sessionize's required settings.
+
+    Build it with `SparkResource(spark_config=spark_config(...))`. Its one field,
+    `spark_config`, is what the Dagster UI shows and a run's config may change.
+    """
 
     def session(self) -> SparkSession:
-        clash = {k: v for k, v in self.conf.items() if k in REQUIRED_CONF and v != REQUIRED_CONF[k]}
+        """The process's session (started on first use), in UTC with microsecond timestamps.
+
+        Raises `ValueError` when `spark_config` sets a `REQUIRED_CONF` key to another value.
+        """
+        clash = {
+            k: v
+            for k, v in self.spark_config.items()
+            if k in REQUIRED_CONF and v != REQUIRED_CONF[k]
+        }
         if clash:
-            raise ValueError(f"sessionize needs {REQUIRED_CONF}; conf overrides {clash}")
-        builder: Any = SparkSession.builder.appName(self.app_name)
-        if self.master.startswith("sc://"):
-            builder = builder.remote(self.master)
-        else:
-            builder = builder.master(self.master)
-            settings = {**DEFAULT_CONF, "spark.ui.enabled": str(self.ui_enabled).lower()}
-            if self.master.startswith("local"):
-                settings |= LOCAL_CONF
-                # Local Python workers must import this package: use the driver's interpreter
-                # (PySpark reads the variable, not spark.pyspark.python, when it starts them).
-                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            for key, value in {**settings, **self.conf}.items():
-                builder = builder.config(key, value)
-        spark = builder.getOrCreate()
+            raise ValueError(f"sessionize needs {REQUIRED_CONF}; spark_config overrides {clash}")
+        if str(self.spark_config.get("spark.master", "")).startswith("local"):
+            # Local Python workers must import this package: use the driver's interpreter
+            # (PySpark reads the variable, not spark.pyspark.python, when it starts them).
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        spark: SparkSession = self.spark_session
         # getOrCreate may hand back an existing session: enforce the runtime settings anyway.
         for key, value in REQUIRED_CONF.items():
             spark.conf.set(key, value)

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from sessionize_assets.resources.spark import SparkResource
+from sessionize_assets.resources.spark import SparkResource, spark_config
 
 
 def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
@@ -14,6 +17,37 @@ def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
 
 
 def test_required_settings_cannot_be_overridden():
-    resource = SparkResource(conf={"spark.sql.session.timeZone": "Europe/Berlin"})
+    resource = SparkResource(
+        spark_config=spark_config(conf={"spark.sql.session.timeZone": "Europe/Berlin"})
+    )
     with pytest.raises(ValueError, match="timeZone"):
         resource.session()
+
+
+LAZY_START = """
+import sys
+from dagster import build_resources
+from pyspark import SparkContext
+from sessionize_assets.definitions import build_resources as sessionize_resources
+from sessionize_assets.settings import Settings
+
+settings = Settings(spark_master="local[1]", spark_conf={"spark.ui.enabled": "false"})
+with build_resources(sessionize_resources(settings, spark_ui=False)) as resources:
+    print("before", SparkContext._active_spark_context is not None)
+    resources.spark.session().range(1).count()
+    print("after", SparkContext._active_spark_context is not None)
+"""
+
+
+def test_the_session_starts_when_a_step_first_asks_for_it(tmp_path):
+    """Dagster initialises a run's resources before its steps: a resource that started Spark
+    then would give every run and sensor that uses none a JVM (4 s and a GB)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_START],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["before", "False", "after", "True"]
