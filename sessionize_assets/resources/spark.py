@@ -66,8 +66,7 @@ def delta_jars(folder: Path) -> list[Path]:
     if missing:
         raise FileNotFoundError(
             f"the Delta Lake jars ({', '.join(p.rstrip('_-') for p in missing)}) are not in "
-            f"{folder}: run `make jars`, or point SESSIONIZE_DELTA_JARS_DIR at a folder that "
-            "holds them"
+            f"{folder}: `make jars` fetches them there with Maven"
         )
     return [j for j in found if j.name.startswith(DELTA_JAR_PREFIXES)]
 
