@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sessionize_assets.resources.spark import SparkResource, spark_config
+from sessionize_assets.resources.spark import SparkResource, delta_jars, spark_config
 
 
 def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
@@ -51,3 +51,15 @@ def test_the_session_starts_when_a_step_first_asks_for_it(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["before", "False", "after", "True"]
+
+
+def test_missing_delta_jars_are_named_with_how_to_get_them(tmp_path):
+    (tmp_path / "delta-storage-4.0.1.jar").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"\(delta-spark\) are not in .*make jars"):
+        delta_jars(tmp_path)
+    (tmp_path / "delta-spark_2.13-4.0.1.jar").write_bytes(b"")
+    (tmp_path / "unrelated.jar").write_bytes(b"")
+    assert [j.name for j in delta_jars(tmp_path)] == [
+        "delta-spark_2.13-4.0.1.jar",
+        "delta-storage-4.0.1.jar",
+    ]
