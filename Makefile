@@ -134,7 +134,7 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 
 # The scale benchmark: about 20 M events by default (an hour or more on 2 cores); prints tables.
 BENCH_ARGS ?=
-bench: java $(STAMP)
+bench: java jars $(STAMP)
 	$(BIN)/python scripts/bench_scale.py $(BENCH_ARGS)
 
 clean:

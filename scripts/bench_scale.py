@@ -12,11 +12,13 @@ longest history it times a full recompute through `rebuild_job`, a sessions-only
 window-function sessionizations: from the accepted events (the sessions floor) and from
 `raw_events`, one copy per message id (the raw floor, the script a user would write).
 
-Everything is measured side by side in one process on the same data. It prints tables and
-asserts nothing.
+Each storage backend (`--backends`: embedded, delta-spark) grows a lake of its own from the
+same zones, one after the other, in one process and one Spark session (with the Delta jars
+when a backend needs them), so their figures stand side by side: the tables' first column is
+`backend:shape`. Everything is measured on the same data. It prints tables and asserts nothing.
 
     make bench                          # 25,000 users, 180 days, 5% late (about 20 M events)
-    make bench BENCH_ARGS="--quick"     # 1,200 users, 40 days: a few minutes
+    make bench BENCH_ARGS="--quick"     # 1,200 users, 40 days: a few minutes per backend
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from sessionize_assets.definitions import (
     build_definitions,
 )
 from sessionize_assets.generator import generate_landing_zone
-from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     BATCH_EVENT_DATES,
     EVENTS,
@@ -63,9 +65,11 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.replay import JOB_REPORTERS, QUIET, REPLAY_BATCH_TAG, BatchDriver
-from sessionize_assets.settings import Settings
+from sessionize_assets.resources.spark import DELTA_CONF, delta_jars
+from sessionize_assets.settings import LAKE_BACKENDS, Settings
 
 START = date(2026, 1, 1)
+DELTA_JARS_DIR = Path(__file__).resolve().parents[1] / "jars" / "delta"
 STEPS = (("ingest", INGEST_JOB), ("events", EVENTS_JOB), ("sessions", SESSIONS_JOB))
 SNAPSHOT = ("snapshot", LIFECYCLE_JOB)
 
@@ -94,6 +98,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=25_000)
     parser.add_argument("--histories", default="30,90,180", help="history lengths in days")
     parser.add_argument("--shapes", default="recent,uniform")
+    parser.add_argument("--backends", default=",".join(LAKE_BACKENDS), help="storage backends")
     parser.add_argument("--late-share", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="1,200 users, 10/20/40 days")
@@ -106,15 +111,19 @@ def main() -> None:
         args.users, args.histories = 1_200, "10,20,40"
     histories = sorted(int(h) for h in args.histories.split(","))
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     _quiet()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
         figures, recompute = [], {}
-        for shape in shapes:
-            batches, full = run_shape(root, shape=shape, histories=histories, args=args)
-            figures += batches
-            recompute[shape] = full
+        for backend in backends:
+            for shape in shapes:
+                batches, full = run_shape(
+                    root, shape=shape, backend=backend, backends=backends, args=args
+                )
+                figures += batches
+                recompute[f"{backend}:{shape}"] = full
             # After each shape: a long run that is cut short still leaves its figures.
             report(figures, recompute, histories=histories, users=args.users)
     finally:
@@ -123,8 +132,9 @@ def main() -> None:
 
 
 def run_shape(
-    root: Path, *, shape: str, histories: list[int], args: argparse.Namespace
+    root: Path, *, shape: str, backend: str, backends: list[str], args: argparse.Namespace
 ) -> tuple[list[BatchFigures], dict[str, float]]:
+    histories = sorted(int(h) for h in args.histories.split(","))
     days = histories[-1] + 1
     zone_dir, zone = landing_zone(
         root / "zones",
@@ -135,25 +145,33 @@ def run_shape(
         seed=args.seed,
     )
     print(f"  {zone['lines']:,} lines, {zone['valid']:,} valid events, {zone['late']:,} late")
-    work = root / shape
+    work = root / f"{backend}-{shape}"
     shutil.rmtree(work, ignore_errors=True)  # a fresh lake and instance on every run
+    # The bench's one session (the first backend's starts it) loads the Delta jars when any
+    # backend needs them, so every backend runs on the same session settings.
+    jars = {}
+    if "delta-spark" in backends:
+        jars = DELTA_CONF | {"spark.jars": ",".join(map(str, delta_jars(DELTA_JARS_DIR)))}
     settings = Settings(
         landing_dir=zone_dir,
         lake_dir=work / "lake",
         start_date=START,
-        spark_conf={"spark.driver.memory": args.driver_memory},
+        spark_conf={"spark.driver.memory": args.driver_memory, **jars},
+        lake_backend=backend,
+        delta_jars_dir=DELTA_JARS_DIR,
     )
+    label = f"{backend}:{shape}"
     defs = build_definitions(settings, spark_ui=False)
     (work / "dagster_home").mkdir(parents=True, exist_ok=True)
     instance = DagsterInstance.local_temp(
         tempdir=str(work / "dagster_home"), overrides={"telemetry": {"enabled": False}}
     )
     spark = defs.resources["spark"].session()  # type: ignore[attr-defined]
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+    store = defs.resources["lake"].store()  # type: ignore[attr-defined]
     figures = []
     done = 0
     for history in histories:
-        with _timed(f"[{shape}] history: days {done + 1}..{history} as range runs"):
+        with _timed(f"[{label}] history: days {done + 1}..{history} as range runs"):
             _range(defs, instance, INGEST_JOB, START + timedelta(days=done), _day(history))
             last_event = _last_event_date(store)
             _range(defs, instance, EVENTS_JOB, START, last_event)
@@ -163,19 +181,19 @@ def run_shape(
         driver.late_data.tick()  # the cursors start after the history
         driver.lifecycle_sensor.tick()
         received = _day(history + 1)
-        with _timed(f"[{shape}] one daily batch ({received}) end to end"):
+        with _timed(f"[{label}] one daily batch ({received}) end to end"):
             outcome = driver.batches(received, received)
         if not outcome.succeeded:
             raise SystemExit(f"batch {received} failed: see {work / 'dagster_home'}")
-        figures.append(_batch_figures(instance, received, shape=shape, history=history))
+        figures.append(_batch_figures(instance, received, shape=label, history=history))
         done = history + 1
     full: dict[str, float] = {}
-    with _timed(f"[{shape}] full recompute through {REBUILD_JOB}"):
+    with _timed(f"[{label}] full recompute through {REBUILD_JOB}"):
         run = _range(
             defs, instance, REBUILD_JOB, START, _last_event_date(store), config=REBUILD_CONFIG
         )
         full.update(_step_seconds(instance, run))
-    with _timed(f"[{shape}] sessions-only rebuild ({SESSIONS_JOB}, full_refresh)"):
+    with _timed(f"[{label}] sessions-only rebuild ({SESSIONS_JOB}, full_refresh)"):
         run = _range(
             defs,
             instance,
@@ -185,7 +203,7 @@ def run_shape(
             config=SESSIONS_REBUILD_CONFIG,
         )
         full["sessions_rebuild"] = _step_seconds(instance, run)["rebuild"]  # the whole run
-    with _timed(f"[{shape}] bare PySpark floors"):
+    with _timed(f"[{label}] bare PySpark floors"):
         full["floor"] = bare_sessionization(spark, store, settings, work / "floor")
         full["raw_floor"] = raw_sessionization(spark, store, settings, work / "raw_floor")
     full["events"] = float(sum(store.row_counts(EVENTS).values()))
@@ -228,7 +246,7 @@ def landing_zone(
 
 
 def bare_sessionization(
-    spark: SparkSession, store: EmbeddedDeltaStore, settings: Settings, out: Path
+    spark: SparkSession, store: DeltaStore, settings: Settings, out: Path
 ) -> float:
     """The sessions floor: sessions from the accepted events with plain window functions, no
     increments (what a sessions-only rebuild is compared with)."""
@@ -239,7 +257,7 @@ def bare_sessionization(
 
 
 def raw_sessionization(
-    spark: SparkSession, store: EmbeddedDeltaStore, settings: Settings, out: Path
+    spark: SparkSession, store: DeltaStore, settings: Settings, out: Path
 ) -> float:
     """The raw floor, the script a user would write: from `raw_events`, one copy per message
     id (the earliest batch, then the earliest receivedAt: SPEC §2), then sessions as in the
@@ -303,7 +321,7 @@ def report(
     print(
         _table(
             [
-                "shape",
+                "backend:shape",
                 "rebuild events",
                 "rebuild sessions",
                 "(a) rebuild",
@@ -349,7 +367,7 @@ def report(
     print(
         _table(
             [
-                "shape",
+                "backend:shape",
                 "history",
                 "ingest",
                 "events",
@@ -367,7 +385,7 @@ def report(
     print("(c2) Spark jobs the batch's runs started, per step (each action is one)")
     print(
         _table(
-            ["shape", "history", "ingest", "events", "sessions", "snapshot", "i+e+s"],
+            ["backend:shape", "history", "ingest", "events", "sessions", "snapshot", "i+e+s"],
             [
                 [
                     f.shape,
@@ -414,7 +432,7 @@ def report(
     print(
         _table(
             [
-                "shape",
+                "backend:shape",
                 "history",
                 "batch events",
                 "raw read",
@@ -468,7 +486,7 @@ def report(
     print(
         _table(
             [
-                "shape",
+                "backend:shape",
                 "history",
                 "snapshot s",
                 "snap/(e+s)",
@@ -491,7 +509,7 @@ def report(
     print("(e) peak driver memory, MB")
     print(
         _table(
-            ["shape", "python driver", "JVM (driver + local executors)"],
+            ["backend:shape", "python driver", "JVM (driver + local executors)"],
             [
                 [shape, f"{full['peak_python_mb']:.0f}", f"{full['peak_jvm_mb']:.0f}"]
                 for shape, full in recompute.items()
@@ -532,7 +550,7 @@ def _range(
     return result.run_id
 
 
-def _last_event_date(store: EmbeddedDeltaStore) -> date:
+def _last_event_date(store: DeltaStore) -> date:
     index = store.read_arrow(BATCH_EVENT_DATES)
     return max(index.column("event_date").to_pylist())
 

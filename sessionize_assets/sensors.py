@@ -66,7 +66,7 @@ from sessionize_assets.pipeline.landing import (
     compare_landing,
     ingested_batches,
 )
-from sessionize_assets.pipeline.lifecycle import SESSIONS_ABSORBED
+from sessionize_assets.pipeline.lifecycle import ABSORBED, absorbed_by
 from sessionize_assets.pipeline.manifests import Plan, event_dates_behind, session_dates_behind
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.run_health import RUN_STATE_TAG, next_attempt, unfinished_runs
@@ -406,7 +406,7 @@ def _lifecycle_behind(settings: Settings) -> list[int | None] | None:
         return None
     try:
         state = DeltaTable(str(table_path(settings.lake_dir, USER_LIFECYCLE_STATE)))
-        absorbed = state.transaction_version(SESSIONS_ABSORBED)
+        absorbed, _ = absorbed_by(state.transaction_version(ABSORBED))
     except DeltaError:
         absorbed = None
     return None if absorbed is not None and absorbed >= sessions else [sessions, absorbed]

@@ -19,6 +19,11 @@ DEFAULT_MAX_LINE_BYTES = 1 << 20
 DEFAULT_MAINTENANCE_CRON = "0 3 * * *"
 
 
+# Where Delta commits are made (`resources/lake.py`): "embedded" (Spark writes Parquet, delta-rs
+# commits; no jars) or "delta-spark" (Delta Lake's own Spark operations; needs its jars).
+LAKE_BACKENDS = ("embedded", "delta-spark")
+
+
 class SettingsError(ValueError):
     """An environment variable holds a value sessionize cannot use."""
 
@@ -36,6 +41,9 @@ class Settings:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    lake_backend: str = "embedded"  # one of LAKE_BACKENDS
+    # The Delta Lake jars the delta-spark backend loads (`make jars` fetches them there).
+    delta_jars_dir: Path = Path("jars/delta")
     # Snowplow calls it backfill_limit_days: the widest range one run covers.
     max_partitions_per_run: int = 120
     # A sensor asks again for dates a run left behind after this, doubled at each attempt.
@@ -65,6 +73,10 @@ class Settings:
             raise SettingsError(f"retry backoff must be >= 0, got {self.retry_backoff}")
         if self.sensor_interval < timedelta(seconds=1):
             raise SettingsError(f"sensor interval must be at least 1 s, got {self.sensor_interval}")
+        try:
+            _lake_backend(self.lake_backend)
+        except ValueError as exc:
+            raise SettingsError(f"lake backend: {exc}") from exc
         if self.retention < timedelta(0):
             raise SettingsError(f"retention must be >= 0, got {self.retention}")
 
@@ -113,6 +125,8 @@ class Settings:
             max_line_bytes=read("SESSIONIZE_MAX_LINE_BYTES", int, defaults.max_line_bytes),
             spark_master=read("SESSIONIZE_SPARK_MASTER", str, defaults.spark_master),
             spark_conf=spark_conf,
+            lake_backend=read("SESSIONIZE_LAKE_BACKEND", _lake_backend, defaults.lake_backend),
+            delta_jars_dir=read("SESSIONIZE_DELTA_JARS_DIR", Path, defaults.delta_jars_dir),
             max_partitions_per_run=read(
                 "SESSIONIZE_MAX_PARTITIONS_PER_RUN", int, defaults.max_partitions_per_run
             ),
@@ -148,6 +162,12 @@ def _parse_spark_conf(raw: str) -> dict[str, str]:
             raise ValueError(f"expected key=value, got {item!r}")
         conf[key.strip()] = value.strip()
     return conf
+
+
+def _lake_backend(raw: str) -> str:
+    if raw not in LAKE_BACKENDS:
+        raise ValueError(f"expected one of {', '.join(LAKE_BACKENDS)}, got {raw!r}")
+    return raw
 
 
 def _whole_seconds(raw: str) -> timedelta:

@@ -80,6 +80,7 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         "spark_master": "local[2]",
         "spark_conf": TEST_SPARK_CONF,
         "maintenance_cron": None,  # off in tests: maintenance runs when a test asks for it
+        "delta_jars_dir": DELTA_JARS_DIR,
     }
     return Settings(**(values | overrides))
 
@@ -92,6 +93,8 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "SESSIONIZE_START_DATE": settings.start_date.isoformat(),
         "SESSIONIZE_SPARK_MASTER": settings.spark_master,
         "SESSIONIZE_SPARK_CONF": ";".join(f"{k}={v}" for k, v in settings.spark_conf.items()),
+        "SESSIONIZE_LAKE_BACKEND": settings.lake_backend,
+        "SESSIONIZE_DELTA_JARS_DIR": str(settings.delta_jars_dir),
         "SESSIONIZE_MAINTENANCE_CRON": settings.maintenance_cron or "off",
         "SESSIONIZE_SENSOR_INTERVAL_SECONDS": str(settings.sensor_interval_seconds),
     }

@@ -4,7 +4,11 @@ from pathlib import Path
 
 from dagster import AssetKey
 
-from sessionize_assets.definitions import INGEST_JOB, build_definitions
+from sessionize_assets.definitions import INGEST_JOB, build_definitions, build_resources
+from sessionize_assets.lake.delta_spark import DeltaSparkStore
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.resources.spark import delta_jars
+from sessionize_tests.conftest import DELTA_JARS_DIR
 
 
 def test_definitions_load_with_documented_assets(settings):
@@ -92,3 +96,17 @@ def test_the_project_instance_serializes_lake_writers_and_heals_failed_runs(tmp_
     assert schedule.default_status == DefaultScheduleStatus.STOPPED
     daily = build_definitions(settings.with_overrides(maintenance_cron="0 3 * * *"))
     assert next(iter(daily.schedules)).default_status == DefaultScheduleStatus.RUNNING
+
+
+def test_the_lake_backend_setting_picks_the_store_and_the_delta_jars(spark, settings):
+    """Only delta-spark loads the Delta jars and extensions; each backend's resource gives
+    its store."""
+    embedded = build_resources(settings, spark_ui=False)
+    delta = build_resources(settings.with_overrides(lake_backend="delta-spark"), spark_ui=False)
+
+    assert "spark.jars" not in embedded["spark"].spark_config
+    config = delta["spark"].spark_config
+    assert config["spark.jars"].split(",") == [str(j) for j in delta_jars(DELTA_JARS_DIR)]
+    assert config["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert type(embedded["lake"].store()) is EmbeddedDeltaStore
+    assert type(delta["lake"].store()) is DeltaSparkStore

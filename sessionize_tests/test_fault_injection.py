@@ -43,9 +43,11 @@ TABLES = sorted(
 _VOLATILE = {"run_id", "changed_at", "commit_version"}
 
 
-def _replay(root: Path, zone: Path, *, at: int, when: str = "before") -> str:
+def _replay(
+    root: Path, zone: Path, *, at: int, when: str = "before", backend: str = "embedded"
+) -> str:
     """Replay `zone` into the lake under `root`, killed at commit `at` (0: not killed)."""
-    settings = make_settings(root, landing_dir=zone)
+    settings = make_settings(root, landing_dir=zone, lake_backend=backend)
     home = root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(PROJECT / "dagster.yaml", home / "dagster.yaml")
@@ -119,3 +121,21 @@ def test_a_kill_at_any_commit_then_replay_leaves_the_uninterrupted_tables(
         f"trial {trial}: killed {when} commit {at} of {commits}; {len(differences)} tables differ"
     )
     assert differences == {}, f"killed {when} commit {at} of {commits}"
+
+
+def test_a_kill_on_the_delta_spark_backend_then_replay_leaves_the_uninterrupted_tables(
+    uninterrupted, tmp_path
+):
+    """SESSIONIZE_LAKE_BACKEND=delta-spark, killed at one commit (Delta Spark's or
+    delta-rs's) and replayed: its tables equal the embedded backend's uninterrupted ones."""
+    zone, expected, commits = uninterrupted
+    rng = random.Random(f"{SEED}:delta-spark")
+    # The delta-spark backend makes every commit the embedded one makes, and more (it creates
+    # each table in a commit of its own): a kill at one of the first `commits` always lands.
+    at, when = rng.randint(1, commits), rng.choice(("before", "after"))
+    _replay(tmp_path, zone, at=at, when=when, backend="delta-spark")
+    _replay(tmp_path, zone, at=0, backend="delta-spark")
+    got = _content(tmp_path / "lake")
+    differences = {name for name in TABLES if got[name] != expected[name]}
+    print(f"delta-spark: killed {when} commit {at}; {len(differences)} tables differ")
+    assert differences == set(), f"killed {when} commit {at}"

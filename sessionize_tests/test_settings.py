@@ -16,6 +16,7 @@ def test_defaults_follow_the_spec():
     assert s.future_tolerance == timedelta(minutes=5)
     assert s.spark_master == "local[*]"
     assert s.sensor_interval == timedelta(seconds=15)
+    assert s.lake_backend == "embedded" and s.delta_jars_dir == Path("jars/delta")
 
 
 def test_environment_overrides():
@@ -29,8 +30,11 @@ def test_environment_overrides():
             "SESSIONIZE_SPARK_MASTER": "spark://host:7077",
             "SESSIONIZE_SPARK_CONF": "spark.executor.memory=4g; spark.sql.shuffle.partitions=64",
             "SESSIONIZE_SENSOR_INTERVAL_SECONDS": "3",
+            "SESSIONIZE_LAKE_BACKEND": "delta-spark",
+            "SESSIONIZE_DELTA_JARS_DIR": "/opt/delta",
         }
     )
+    assert s.lake_backend == "delta-spark" and s.delta_jars_dir == Path("/opt/delta")
     assert s.landing_dir == Path("/in") and s.lake_dir == Path("/lake")
     assert s.start_date == date(2026, 3, 1)
     assert s.session_gap == timedelta(minutes=45)
@@ -53,6 +57,7 @@ def test_environment_overrides():
         ("SESSIONIZE_SPARK_CONF", "no-equals-sign"),
         ("SESSIONIZE_SENSOR_INTERVAL_SECONDS", "0"),
         ("SESSIONIZE_SENSOR_INTERVAL_SECONDS", "2.5"),
+        ("SESSIONIZE_LAKE_BACKEND", "delta"),
     ],
 )
 def test_bad_values_say_which_variable(name, value):

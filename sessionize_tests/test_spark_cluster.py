@@ -2,8 +2,8 @@
 
 Both are started from the installed pyspark's own launcher (`bin/spark-class`), and
 `sessionize replay` runs in a subprocess with `SESSIONIZE_SPARK_MASTER=spark://127.0.0.1:PORT`
-(one driver per process: this test process already holds a local session). Its tables must
-equal those of the same zone replayed in local mode.
+(one driver per process: this test process already holds a local session), on each storage
+backend. Its tables must equal those of the same zone replayed in local mode.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from deltalake import DeltaTable
 from sessionize_assets.dev_server import free_port
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import replay
-from sessionize_tests.conftest import make_settings
+from sessionize_assets.settings import LAKE_BACKENDS
+from sessionize_tests.conftest import DELTA_JARS_DIR, make_settings
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -124,11 +125,26 @@ def _rows(lake: Path, table: str, columns: list[str] | None) -> list[tuple]:
     return sorted(tuple(row.values()) for row in data.to_pylist())
 
 
-def test_replay_on_a_standalone_cluster_equals_local_mode(cluster, tmp_path, spark):
-    zone = tmp_path / "zone"
+@pytest.fixture(scope="module")
+def replayed_locally(tmp_path_factory) -> tuple[Path, Path]:
+    """A zone, and its lake replayed in local mode (on the embedded backend)."""
+    root = tmp_path_factory.mktemp("local_replay")
+    zone = root / "zone"
     generate_landing_zone(
         out=zone, start=START, days=3, users=60, seed=3, late_share=0.2, bot_share=0.05
     )
+    local = make_settings(root / "local", landing_dir=zone)
+    with instance_for_test() as instance:
+        assert replay(settings=local, instance=instance, echo=lambda _: None).ok
+    return zone, local.lake_dir
+
+
+@pytest.mark.parametrize("backend", LAKE_BACKENDS)
+def test_replay_on_a_standalone_cluster_equals_local_mode(
+    cluster, replayed_locally, tmp_path, spark, backend
+):
+    """On each storage backend: delta-spark's jars reach the executors through `spark.jars`."""
+    zone, local_lake = replayed_locally
     on_cluster = make_settings(tmp_path / "cluster", landing_dir=zone)
     env = {
         **os.environ,
@@ -137,6 +153,8 @@ def test_replay_on_a_standalone_cluster_equals_local_mode(cluster, tmp_path, spa
         "SESSIONIZE_LAKE_DIR": str(on_cluster.lake_dir),
         "SESSIONIZE_START_DATE": START.isoformat(),
         "SESSIONIZE_SPARK_MASTER": cluster,
+        "SESSIONIZE_LAKE_BACKEND": backend,
+        "SESSIONIZE_DELTA_JARS_DIR": str(DELTA_JARS_DIR),
         "SESSIONIZE_SPARK_CONF": ";".join(
             [
                 "spark.ui.enabled=false",
@@ -161,11 +179,7 @@ def test_replay_on_a_standalone_cluster_equals_local_mode(cluster, tmp_path, spa
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"Spark started ({cluster})" in done.stdout
 
-    local = make_settings(tmp_path / "local", landing_dir=zone)
-    with instance_for_test() as instance:
-        assert replay(settings=local, instance=instance, echo=lambda _: None).ok
-
     for table, columns in TABLES.items():
-        expected = _rows(local.lake_dir, table, columns)
+        expected = _rows(local_lake, table, columns)
         assert expected or table == "session_quarantine", f"{table} is empty"
         assert _rows(on_cluster.lake_dir, table, columns) == expected, table

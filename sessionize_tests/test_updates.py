@@ -14,6 +14,7 @@ from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import functions as F
 
 from sessionize_assets.checks import scope as check_scope
+from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.store import WriteConflictError
 from sessionize_assets.lake.tables import (
@@ -87,10 +88,12 @@ def assert_lifecycle_equals_full_recompute(
 class Pipeline:
     """A landing zone and lake in tmp folders, processed batch by batch like production."""
 
-    def __init__(self, spark, settings: Settings) -> None:
+    def __init__(
+        self, spark, settings: Settings, *, store: type[EmbeddedDeltaStore] = EmbeddedDeltaStore
+    ) -> None:
         self.spark = spark
         self.settings = settings
-        self.store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+        self.store = store(spark=spark, lake_dir=settings.lake_dir)
         self.runs = 0
 
     def land(self, received: date, events: list[tuple], *, name: str = "part.jsonl") -> None:
@@ -191,8 +194,18 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(spark, settings) -> Pipeline:
-    return Pipeline(spark, settings)
+def pipeline(request, spark, settings) -> Pipeline:
+    """On the embedded store, or the one `ON_EACH_BACKEND` gives."""
+    return Pipeline(spark, settings, store=getattr(request, "param", EmbeddedDeltaStore))
+
+
+# The five ways a late event changes sessions, on both storage backends.
+ON_EACH_BACKEND = pytest.mark.parametrize(
+    "pipeline",
+    [EmbeddedDeltaStore, DeltaSparkStore],
+    ids=["embedded", "delta-spark"],
+    indirect=True,
+)
 
 
 @pytest.fixture(params=["hash_set", "join"])
@@ -205,6 +218,7 @@ def pair_placement(request, monkeypatch) -> str:
     return request.param
 
 
+@ON_EACH_BACKEND
 def test_late_event_merges_two_sessions(pipeline, pair_placement):
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
     pipeline.process(day(0))
@@ -271,6 +285,7 @@ def test_a_run_killed_between_the_sessions_commit_and_its_log_is_logged_by_the_n
     assert pipeline.process(day(3)).sessions.versions_logged_late == []
 
 
+@ON_EACH_BACKEND
 def test_late_event_inside_a_session_only_extends_its_count(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:20")])
     pipeline.process(day(0))
@@ -280,6 +295,7 @@ def test_late_event_inside_a_session_only_extends_its_count(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
+@ON_EACH_BACKEND
 def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 08:00"), ("b", "u", "2026-01-10 12:00")])
     pipeline.process(day(0))
@@ -293,6 +309,7 @@ def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
+@ON_EACH_BACKEND
 def test_late_event_joins_the_previous_days_session_across_midnight(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 23:50")])
     pipeline.land(day(1), [("b", "u", "2026-01-11 00:30")], name="b.jsonl")
@@ -307,6 +324,7 @@ def test_late_event_joins_the_previous_days_session_across_midnight(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
+@ON_EACH_BACKEND
 def test_late_event_pulls_the_next_days_session_in(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 23:00")])
     pipeline.land(day(1), [("b", "u", "2026-01-11 00:20")])

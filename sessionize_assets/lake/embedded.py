@@ -25,7 +25,6 @@ from deltalake import DeltaTable, Field, Schema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import (
     AddAction,
-    CommitProperties,
     RemoveAction,
     create_table_with_add_actions,
 )
@@ -34,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.log_commits import (
+    check_advances,
     check_unchanged,
     commit_info,
     commit_properties,
@@ -47,6 +47,7 @@ from sessionize_assets.lake.log_files import (
     logged_changes,
     read_small_table,
     table_path,
+    with_user_metadata,
 )
 from sessionize_assets.lake.maintenance import STAGING_DIR, maintain_table
 from sessionize_assets.lake.parquet_files import read_files, stage_arrow
@@ -66,7 +67,7 @@ from sessionize_assets.lake.store import (
 log = logging.getLogger(__name__)
 
 _COMMIT_ATTEMPTS = 5
-_MAX_ROWS_PER_FILE = 2_000_000
+MAX_ROWS_PER_FILE = 2_000_000
 
 _Touched = tuple[str, str, int]  # a data file a rewrite replaces: path, partition value, size
 _Staged = tuple[list[_Touched], list[tuple[str, Path]]]  # those, and the new files staged
@@ -137,7 +138,7 @@ class EmbeddedDeltaStore:
 
     def history(self, spec: TableSpec, *, limit: int | None = None) -> list[dict[str, Any]]:
         table = self._table(spec)
-        return [] if table is None else table.history(limit)
+        return [] if table is None else [with_user_metadata(c) for c in table.history(limit)]
 
     def maintain(self, spec: TableSpec, *, retention: timedelta) -> MaintenanceResult:
         return maintain_table(self.path(spec), spec, retention=retention)
@@ -147,15 +148,7 @@ class EmbeddedDeltaStore:
         if table is None:
             self._create(spec)
             return
-        self._check_partitioning(spec, table)
-        existing = {f.name: f for f in table.schema().fields}
-        wanted = delta_schema(spec).fields
-        new_fields = [f for f in wanted if f.name not in existing]
-        changed = [f.name for f in wanted if f.name in existing and existing[f.name].type != f.type]
-        if changed:
-            raise LakeError(
-                f"{spec.name}: columns {changed} changed type; only adding columns is supported"
-            )
+        new_fields = self._new_fields(spec, table)
         if new_fields:
             # Added columns must be nullable: files written before them hold no values.
             table.alter.add_columns(
@@ -163,13 +156,23 @@ class EmbeddedDeltaStore:
             )
             log.info("%s: added columns %s", spec.name, [f.name for f in new_fields])
 
-    def _check_partitioning(self, spec: TableSpec, table: DeltaTable) -> None:
+    def _new_fields(self, spec: TableSpec, table: DeltaTable) -> list[Field]:
+        """The spec's columns the table lacks; `LakeError` when the table is partitioned
+        otherwise or a column changed type (only adding columns is supported)."""
         found = list(table.metadata().partition_columns)
         if found != [spec.partition_by]:
             raise LakeError(
                 f"{spec.name} at {self.path(spec)} is partitioned by {found}, "
                 f"expected [{spec.partition_by!r}]"
             )
+        existing = {f.name: f for f in table.schema().fields}
+        wanted = delta_schema(spec).fields
+        changed = [f.name for f in wanted if f.name in existing and existing[f.name].type != f.type]
+        if changed:
+            raise LakeError(
+                f"{spec.name}: columns {changed} changed type; only adding columns is supported"
+            )
+        return [f for f in wanted if f.name not in existing]
 
     def _create(self, spec: TableSpec) -> bool:
         """Create the empty table; False if another writer created it first."""
@@ -293,12 +296,12 @@ class EmbeddedDeltaStore:
         commit_metadata: Mapping[str, str] | None = None,
         read_version: int | None = None,
     ) -> CommitInfo:
-        aligned = _align(spec, df)
+        aligned = align(spec, df)
         return self._replace(
             spec,
             partitions,
             lambda staging: self._stage(spec, aligned, staging),
-            commit_properties(commit_metadata, (), read_version),
+            commit_metadata,
             read_version=read_version,
         )
 
@@ -324,7 +327,7 @@ class EmbeddedDeltaStore:
         *,
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
-        app_transactions: Sequence[AppTransaction] = (),
+        app_transaction: AppTransaction | None = None,
         read_version: int | None = None,
     ) -> CommitInfo:
         """`replace_partitions` for small bookkeeping rows built on the driver: no Spark job."""
@@ -334,7 +337,8 @@ class EmbeddedDeltaStore:
             spec,
             partitions,
             lambda staging: stage_arrow(spec, data, staging),
-            commit_properties(commit_metadata, app_transactions, read_version),
+            commit_metadata,
+            app_transaction=app_transaction,
             read_version=read_version,
         )
 
@@ -343,8 +347,9 @@ class EmbeddedDeltaStore:
         spec: TableSpec,
         partitions: Iterable[PartitionValue],
         stage: Callable[[Path], list[tuple[str, Path]]],
-        properties: CommitProperties,
+        commit_metadata: Mapping[str, str] | None,
         *,
+        app_transaction: AppTransaction | None = None,
         read_version: int | None,
     ) -> CommitInfo:
         targets = sorted({partition_string(p) for p in partitions})
@@ -361,7 +366,9 @@ class EmbeddedDeltaStore:
                     f"partitions {targets[:5]}{'...' if len(targets) > 5 else ''}"
                 )
             adds = publish(self.path(spec), spec, staged)
-            version, removed = self._commit(spec, adds, targets, properties, read_version)
+            version, removed = self._commit(
+                spec, adds, targets, commit_metadata, app_transaction, read_version
+            )
         except BaseException:
             discard(self.path(spec), spec, staged)
             raise
@@ -379,11 +386,7 @@ class EmbeddedDeltaStore:
         commit_metadata: Mapping[str, str] | None = None,
     ) -> CommitInfo:
         """Upsert on `keys`: a rewrite that drops matching rows and adds the incoming ones."""
-        if not keys:
-            raise ValueError("merge needs at least one key column")
-        incoming = _align(spec, df)
-        if incoming.groupBy(*keys).count().where(F.col("count") > 1).limit(1).count():
-            raise LakeError(f"{spec.name}: merge source has duplicate keys {list(keys)}")
+        incoming = merge_source(spec, df, keys)
         return self.rewrite(
             spec,
             partitions=search_partitions,
@@ -402,7 +405,7 @@ class EmbeddedDeltaStore:
         drop_keys: DataFrame | None = None,
         files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
-        app_transactions: Sequence[AppTransaction] = (),
+        app_transaction: AppTransaction | None = None,
         read_version: int | None = None,
     ) -> CommitInfo:
         """Copy-on-write at file granularity: drop rows, add rows, one commit.
@@ -417,12 +420,12 @@ class EmbeddedDeltaStore:
 
         def stage(table: DeltaTable, staging: Path) -> _Staged:
             touched, kept = self._touched_files(spec, table, searched, drop, drop_keys, files)
-            new_rows = _align(spec, add())
+            new_rows = align(spec, add())
             if kept is not None:
                 new_rows = kept.unionByName(new_rows)
             return touched, self._stage(spec, new_rows, staging)
 
-        return self._copy_on_write(spec, stage, commit_metadata, app_transactions, read_version)
+        return self._copy_on_write(spec, stage, commit_metadata, app_transaction, read_version)
 
     def rewrite_arrow(
         self,
@@ -432,7 +435,7 @@ class EmbeddedDeltaStore:
         drop: pa.Table | None = None,
         files: Collection[str] = (),
         commit_metadata: Mapping[str, str] | None = None,
-        app_transactions: Sequence[AppTransaction] = (),
+        app_transaction: AppTransaction | None = None,
         read_version: int | None = None,
     ) -> CommitInfo:
         """`rewrite` on the driver: the searched files are read and the new ones written with
@@ -444,19 +447,19 @@ class EmbeddedDeltaStore:
             rows = pa.concat_tables([kept, add.select(schema.names).cast(schema)])
             return touched, stage_arrow(spec, rows, staging) if rows.num_rows else []
 
-        return self._copy_on_write(spec, stage, commit_metadata, app_transactions, read_version)
+        return self._copy_on_write(spec, stage, commit_metadata, app_transaction, read_version)
 
     def _copy_on_write(
         self,
         spec: TableSpec,
         stage: Callable[[DeltaTable, Path], _Staged],
         commit_metadata: Mapping[str, str] | None,
-        app_transactions: Sequence[AppTransaction],
+        app_transaction: AppTransaction | None,
         read_version: int | None,
     ) -> CommitInfo:
         """One commit of the files `stage` writes and the files it says it replaces, redone
         from a fresh snapshot when a concurrent commit fails it."""
-        properties = commit_properties(commit_metadata, app_transactions, read_version)
+        properties = commit_properties(commit_metadata, app_transaction, read_version)
         self.ensure(spec)
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             table = self._table(spec)
@@ -470,7 +473,7 @@ class EmbeddedDeltaStore:
             written = {v for v, _ in staged} | {v for _, v, _ in touched}
             try:
                 adds = publish(self.path(spec), spec, staged)
-                if not adds and not touched and not app_transactions:
+                if not adds and not touched and app_transaction is None:
                     return CommitInfo(table=spec.name, version=table.version(), partitions=())
                 removes = [
                     RemoveAction(path, True, int(time.time() * 1000), size, {spec.partition_by: v})
@@ -480,9 +483,10 @@ class EmbeddedDeltaStore:
                     self.path(spec),
                     spec,
                     table,
-                    None if app_transactions else written,
+                    None if app_transaction else written,
                     read_version,
                 )
+                check_advances(spec, table, app_transaction)
                 table.create_write_transaction(
                     [*adds, *removes],
                     mode="append",
@@ -592,7 +596,8 @@ class EmbeddedDeltaStore:
             (
                 df.repartition(spec.partition_by)
                 .sortWithinPartitions(spec.partition_by, *spec.sort_by)
-                .write.options(**_parquet_options(spec))
+                .write.options(**parquet_options(spec))
+                .option("maxRecordsPerFile", spec.file_rows or MAX_ROWS_PER_FILE)
                 .partitionBy(spec.partition_by)
                 .parquet(str(staging))
             )
@@ -613,9 +618,11 @@ class EmbeddedDeltaStore:
         spec: TableSpec,
         adds: list[AddAction],
         targets: list[str],
-        properties: CommitProperties,
+        commit_metadata: Mapping[str, str] | None,
+        app_transaction: AppTransaction | None,
         read_version: int | None,
     ) -> tuple[int, int]:
+        properties = commit_properties(commit_metadata, app_transaction, read_version)
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             table = self._table(spec)
             if table is None:
@@ -624,9 +631,10 @@ class EmbeddedDeltaStore:
                 self.path(spec),
                 spec,
                 table,
-                None if properties.app_transactions else targets,
+                None if app_transaction else targets,
                 read_version,
             )
+            check_advances(spec, table, app_transaction)
             removed = len(self.live_files(spec, partitions=targets))
             try:
                 table.create_write_transaction(
@@ -649,9 +657,9 @@ class EmbeddedDeltaStore:
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
 
 
-def _parquet_options(spec: TableSpec) -> dict[str, str]:
-    """Writer options: rows per file, row group size and bloom filters of the spec."""
-    options = {"maxRecordsPerFile": str(spec.file_rows or _MAX_ROWS_PER_FILE)}
+def parquet_options(spec: TableSpec) -> dict[str, str]:
+    """The Parquet writer's settings of the spec: row group size and bloom filters."""
+    options = {}
     if spec.row_group_bytes:
         options["parquet.block.size"] = str(spec.row_group_bytes)
     for column in spec.bloom_filter_columns:
@@ -660,7 +668,18 @@ def _parquet_options(spec: TableSpec) -> dict[str, str]:
     return options
 
 
-def _align(spec: TableSpec, df: DataFrame) -> DataFrame:
+def merge_source(spec: TableSpec, df: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """`df` aligned to the spec, as a merge's source: `LakeError` if two rows share `keys`
+    (one Spark job), since a target row can take only one of them."""
+    if not keys:
+        raise ValueError("merge needs at least one key column")
+    incoming = align(spec, df)
+    if incoming.groupBy(*keys).count().where(F.col("count") > 1).limit(1).count():
+        raise LakeError(f"{spec.name}: merge source has duplicate keys {list(keys)}")
+    return incoming
+
+
+def align(spec: TableSpec, df: DataFrame) -> DataFrame:
     present = set(df.columns)  # one schema lookup: each `df.columns` asks the JVM
     missing = [name for name in spec.schema.fieldNames() if name not in present]
     if missing:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from deltalake import DeltaTable, Transaction
@@ -14,7 +14,13 @@ from deltalake.transaction import AddAction, CommitProperties
 
 from sessionize_assets.lake.log_files import logged_changes
 from sessionize_assets.lake.parquet_files import file_stats
-from sessionize_assets.lake.store import AppTransaction, CommitInfo, TableSpec, WriteConflictError
+from sessionize_assets.lake.store import (
+    AppTransaction,
+    CommitInfo,
+    LakeError,
+    TableSpec,
+    WriteConflictError,
+)
 
 
 def publish(root: Path, spec: TableSpec, staged: list[tuple[str, Path]]) -> list[AddAction]:
@@ -74,6 +80,21 @@ def check_unchanged(
         )
 
 
+def check_advances(
+    spec: TableSpec, table: DeltaTable, app_transaction: AppTransaction | None
+) -> None:
+    """Raise `LakeError` unless `app_transaction` moves its application's version up: Delta
+    Spark would skip such a write without a word, so neither backend makes it."""
+    if app_transaction is None:
+        return
+    recorded = table.transaction_version(app_transaction.app_id)
+    if recorded is not None and app_transaction.version <= recorded:
+        raise LakeError(
+            f"{spec.name}: {app_transaction.app_id} is at version {recorded} already; a commit "
+            f"recording {app_transaction.version} would not move it up: nothing was committed"
+        )
+
+
 def discard(root: Path, spec: TableSpec, staged: list[tuple[str, Path]]) -> None:
     for value, file in staged:
         for candidate in (file, root / f"{spec.partition_by}={value}" / file.name):
@@ -82,7 +103,7 @@ def discard(root: Path, spec: TableSpec, staged: list[tuple[str, Path]]) -> None
 
 def commit_properties(
     metadata: Mapping[str, str] | None,
-    app_transactions: Sequence[AppTransaction],
+    app_transaction: AppTransaction | None,
     read_version: int | None,
 ) -> CommitProperties:
     """With a read version, the commit is made at exactly the version that was checked against
@@ -90,7 +111,11 @@ def commit_properties(
     caller checks again)."""
     return CommitProperties(
         custom_metadata=dict(metadata or {}),
-        app_transactions=[Transaction(t.app_id, t.version) for t in app_transactions] or None,
+        app_transactions=(
+            None
+            if app_transaction is None
+            else [Transaction(app_transaction.app_id, app_transaction.version)]
+        ),
         max_commit_retries=None if read_version is None else 0,
     )
 

@@ -61,12 +61,10 @@ def logged_changes(
     """
     found: list[FileChange] = []
     for version in range(since_version + 1, through + 1):
-        try:
-            lines = (root / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
-        except FileNotFoundError:
+        actions = commit_actions(root, version)
+        if actions is None:
             return None
-        for line in lines:
-            action = json.loads(line)
+        for action in actions:
             for kind in ("add", "remove"):
                 entry = action.get(kind)
                 if entry is None or not entry.get("dataChange", True):
@@ -81,6 +79,29 @@ def logged_changes(
                     )
                 )
     return found
+
+
+def commit_actions(root: Path, version: int) -> list[dict[str, Any]] | None:
+    """The actions of one commit of the table at `root`, from its commit file (None: gone)."""
+    try:
+        lines = (root / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
+    """A commit of `DeltaTable.history` with the keys of its `userMetadata` at the top, as
+    delta-rs puts its commits' custom metadata: Delta Spark records one string there, which
+    the delta-spark backend writes as a JSON object."""
+    raw = commit.get("userMetadata")
+    if not isinstance(raw, str):
+        return commit
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return commit
+    return {**parsed, **commit} if isinstance(parsed, dict) else commit
 
 
 def file_partitions(

@@ -103,6 +103,11 @@ class AppTransaction:
     It is committed in the same atomic commit as the data it accounts for, so "what has this
     table absorbed" is read from the table itself (`DeltaStore.applied_version`), never from a
     run that may have died between two commits.
+
+    A commit records at most one, and its version must be above the one `app_id` recorded
+    before (else `LakeError`, nothing committed): Delta Spark sets one per commit
+    (`txnAppId` / `txnVersion`) and skips, without an error, a write whose version is not
+    above the recorded one. Both backends keep that contract.
     """
 
     app_id: str
@@ -165,8 +170,9 @@ class DeltaStore(Protocol):
         error and nothing is committed. `read_version` is the version of this table that `df`
         was derived from (a read-modify-write, `read_version(spec)`): if a later commit changed
         one of `partitions`, nothing is committed and `WriteConflictError` is raised; with
-        `app_transactions` (marks of the whole table), any later commit does. The check and the
-        commit are one step: the commit is made at the version checked, or checked again.
+        an `app_transaction` (a mark of the whole table), any later commit does. The check and
+        the commit are one step: the commit is made at the version checked, or checked again
+        (delta-spark: one step for the writers of a process, see `lake/delta_spark.py`).
         """
         ...
 
@@ -194,12 +200,12 @@ class DeltaStore(Protocol):
         *,
         partitions: Iterable[PartitionValue],
         commit_metadata: Mapping[str, str] | None = None,
-        app_transactions: Sequence[AppTransaction] = (),
+        app_transaction: AppTransaction | None = None,
         read_version: int | None = None,
     ) -> CommitInfo:
         """`replace_partitions` for small bookkeeping rows built on the driver.
 
-        `app_transactions` are recorded in the same commit.
+        `app_transaction` is recorded in the same commit.
         """
         ...
 
@@ -228,15 +234,15 @@ class DeltaStore(Protocol):
         drop_keys: DataFrame | None = None,
         files: Collection[str] | None = None,
         commit_metadata: Mapping[str, str] | None = None,
-        app_transactions: Sequence[AppTransaction] = (),
+        app_transaction: AppTransaction | None = None,
         read_version: int | None = None,
     ) -> CommitInfo:
         """Drop matching rows in `partitions` and add `add()`'s rows in one commit.
 
         Only files holding dropped rows are rewritten; `files` (relative paths), when given,
         are the only ones searched for such rows. A concurrent change redoes the whole
-        rewrite from a fresh snapshot. With `app_transactions`, the commit is made even when
-        no row changes: it then records only those markers. With `read_version`, a commit
+        rewrite from a fresh snapshot. With an `app_transaction`, the commit is made even when
+        no row changes: it then records only that marker. With `read_version`, a commit
         after it that changed a partition this one writes or removes from raises
         `WriteConflictError`, as for `replace_partitions`.
         """
@@ -250,13 +256,13 @@ class DeltaStore(Protocol):
         drop: pa.Table | None = None,
         files: Collection[str] = (),
         commit_metadata: Mapping[str, str] | None = None,
-        app_transactions: Sequence[AppTransaction] = (),
+        app_transaction: AppTransaction | None = None,
         read_version: int | None = None,
     ) -> CommitInfo:
         """`rewrite` for a few rows built on the driver: the rows equal to a row of `drop` (on
         all of its columns) are removed from `files` (relative paths, the only files searched),
         which are rewritten with their other rows if they held one, and `add`'s rows are
-        appended, in one commit. `app_transactions` and `read_version` as for `rewrite`; a
+        appended, in one commit. `app_transaction` and `read_version` as for `rewrite`; a
         file that is no longer live raises `WriteConflictError`.
         """
         ...

@@ -105,7 +105,7 @@ def _log_changes(
         SESSION_CHANGES,
         add=lambda: changes,
         commit_metadata=commit_metadata,
-        app_transactions=[AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version)],
+        app_transaction=AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version),
         read_version=read_version,
     )
 

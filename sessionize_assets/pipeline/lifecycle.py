@@ -2,9 +2,10 @@
 their earliest changed day, and the snapshot moved by what those intervals gained and lost.
 
 What each table has absorbed is recorded in its own commits, as Delta `txn` actions
-(`AppTransaction`), so a run that died between two commits is completed by the next run,
-whatever range that one was asked for:
-- `user_lifecycle_state` records the `sessions` version it reflects and its as-of day;
+(`AppTransaction`, one per commit), so a run that died between two commits is completed by the
+next run, whatever range that one was asked for:
+- `user_lifecycle_state` records the `sessions` version it reflects and its as-of day, both in
+  the version of one application id (`ABSORBED`, see `absorbed_mark`);
 - `user_lifecycle_snapshot` records the `user_lifecycle_state` version its counts reflect.
 
 A run restates the users whose session days changed since that `sessions` version (from the
@@ -54,9 +55,10 @@ from sessionize_assets.transforms.lifecycle import (
 )
 
 # Delta application ids of the bookkeeping (see the module docstring).
-SESSIONS_ABSORBED = "sessionize.user_lifecycle_state.sessions_version"
-AS_OF = "sessionize.user_lifecycle_state.as_of"  # version: the day's proleptic ordinal
+ABSORBED = "sessionize.user_lifecycle_state.absorbed"  # version: `absorbed_mark`
 STATE_ABSORBED = "sessionize.user_lifecycle_snapshot.state_version"
+# Above every date's proleptic ordinal (date.max is 3,652,059): the as-of day's share of a mark.
+_DAYS = 10_000_000
 
 Interval = tuple[str, str, date, date]  # user_id, state, valid_from, valid_to
 
@@ -87,17 +89,18 @@ def update_lifecycle(
     tags = {"dagster_run_id": run_id, "asset": USER_LIFECYCLE_STATE.name}
     # The intervals' commit is made against the version read here (WriteConflictError).
     state_read = store.read_version(USER_LIFECYCLE_STATE)
-    absorbed = store.applied_version(USER_LIFECYCLE_STATE, SESSIONS_ABSORBED)
-    ordinal = store.applied_version(USER_LIFECYCLE_STATE, AS_OF)
-    previous_as_of = None if ordinal is None else date.fromordinal(ordinal)
+    absorbed, previous_as_of = absorbed_by(store.applied_version(USER_LIFECYCLE_STATE, ABSORBED))
     as_of = through if previous_as_of is None else max(through, previous_as_of)
     sessions_version = store.version(SESSIONS)
     report = LifecycleReport(as_of=as_of)
     commit = _IntervalCommit(
         tags=tags,
-        marks=_marks(sessions_version, as_of),
+        mark=(
+            None
+            if (absorbed, previous_as_of) == (sessions_version, as_of)
+            else absorbed_mark(sessions_version, as_of)
+        ),
         read_version=state_read,
-        marks_changed=(absorbed, previous_as_of) != (sessions_version, as_of),
     )
     scope = None
     if absorbed is not None and previous_as_of is not None and sessions_version is not None:
@@ -120,21 +123,29 @@ def update_lifecycle(
     return report
 
 
-def _marks(sessions_version: int | None, as_of: date) -> list[AppTransaction]:
-    marks = [AppTransaction(app_id=AS_OF, version=as_of.toordinal())]
-    if sessions_version is not None:
-        marks.append(AppTransaction(app_id=SESSIONS_ABSORBED, version=sessions_version))
-    return marks
+def absorbed_mark(sessions_version: int | None, as_of: date) -> AppTransaction:
+    """The intervals' bookkeeping in one `AppTransaction`: the `sessions` version they reflect
+    (None before any) and their as-of day, packed so that the version grows whenever either
+    does (neither moves back; Delta records one application version per commit)."""
+    absorbed = 0 if sessions_version is None else sessions_version + 1
+    return AppTransaction(app_id=ABSORBED, version=absorbed * _DAYS + as_of.toordinal())
+
+
+def absorbed_by(version: int | None) -> tuple[int | None, date | None]:
+    """(`sessions` version, as-of day) of an `absorbed_mark` version; (None, None) for none."""
+    if version is None:
+        return None, None
+    absorbed, ordinal = divmod(version, _DAYS)
+    return (None if absorbed == 0 else absorbed - 1), date.fromordinal(ordinal)
 
 
 @dataclass(frozen=True, kw_only=True)
 class _IntervalCommit:
-    """How a run commits the intervals: with its bookkeeping marks, against the version read."""
+    """How a run commits the intervals: with its bookkeeping mark, against the version read."""
 
     tags: dict[str, str]
-    marks: list[AppTransaction]
+    mark: AppTransaction | None  # None: the table's mark already says what this run absorbs
     read_version: int | None
-    marks_changed: bool  # the marks differ from those the table holds
 
 
 # -- a batch: the touched users, on the driver ---------------------------------------------
@@ -247,7 +258,7 @@ def _restate_touched(
     removed, added = sorted(old - restated), sorted(restated - old)
     report.intervals_removed, report.intervals_added = len(removed), len(added)
     report.users_changed = len({row[0] for row in (*removed, *added)})
-    if not (removed or added or commit.marks_changed):
+    if not (removed or added or commit.mark):
         return
     # The files holding the removed rows: by their user range in each valid_to partition.
     holding: dict[date, list[str]] = {}
@@ -260,7 +271,7 @@ def _restate_touched(
         drop=_interval_table(removed),
         files=files,
         commit_metadata=commit.tags,
-        app_transactions=commit.marks,
+        app_transaction=commit.mark,
         read_version=commit.read_version,
     )
     report.state_rows_written = done.rows_written
@@ -413,7 +424,7 @@ def _restate_everyone(
             files=files,
             add=lambda: added,
             commit_metadata=commit.tags,
-            app_transactions=commit.marks,
+            app_transaction=commit.mark,
             read_version=commit.read_version,
         )
     finally:
@@ -483,10 +494,10 @@ def _move_snapshot(
         ),
         partitions=days,
         commit_metadata={"dagster_run_id": run_id, "asset": USER_LIFECYCLE_SNAPSHOT.name},
-        app_transactions=(
-            []
-            if state_version is None
-            else [AppTransaction(app_id=STATE_ABSORBED, version=state_version)]
+        app_transaction=(
+            None
+            if state_version is None or state_version == reflected
+            else AppTransaction(app_id=STATE_ABSORBED, version=state_version)
         ),
         read_version=snapshot_read,
     )

@@ -12,20 +12,30 @@ from dagster import (
     OpExecutionContext,
 )
 
+from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.resources.spark import SparkResource
 
+# The store of each backend (`settings.LAKE_BACKENDS`).
+STORES: dict[str, type[EmbeddedDeltaStore]] = {
+    "embedded": EmbeddedDeltaStore,
+    "delta-spark": DeltaSparkStore,
+}
+
 
 class LakeResource(ConfigurableResource):
-    """Delta tables under `lake_dir`, written through the embedded delta-rs + Spark backend."""
+    """Delta tables under `lake_dir`, written through the `backend` store: "embedded" (Spark
+    writes the files, delta-rs commits them) or "delta-spark" (Delta Lake's own operations)."""
 
     lake_dir: str
+    backend: str = "embedded"
     spark: SparkResource
 
     def store(self) -> DeltaStore:
-        return EmbeddedDeltaStore(spark=self.spark.session(), lake_dir=self.lake_dir)
+        """The backend's store on the run's Spark session (started here if need be)."""
+        return STORES[self.backend](spark=self.spark.session(), lake_dir=self.lake_dir)
 
     def writer(
         self,

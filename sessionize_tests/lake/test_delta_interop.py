@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_tests.lake.test_embedded_store import D1, D2, D3, SPEC, frame, rows
+from sessionize_tests.lake.test_store import D1, D2, D3, SPEC, frame, rows
 
 
 def _commit_infos(path) -> list[dict]:

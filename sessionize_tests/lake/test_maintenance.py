@@ -15,7 +15,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_tests.lake.test_embedded_store import D1, D2, SPEC, frame, rows
+from sessionize_tests.lake.test_store import D1, D2, SPEC, frame, rows
 
 COMPACTED = replace(SPEC, name="small_files", compact=True)
 
