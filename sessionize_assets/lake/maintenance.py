@@ -1,4 +1,4 @@
-"""Table maintenance for the embedded backend: compaction, checkpoints, vacuum (delta-rs only).
+"""Table maintenance, by delta-rs for both backends: compaction, checkpoints, vacuum.
 
 Why each step:
 - **Compaction** merges a partition's small files, for the tables that grow by a few rows per
@@ -7,7 +7,8 @@ Why each step:
 - **Checkpoint**: a reader loads the table from one Parquet file instead of replaying every
   commit since the start.
 - **Vacuum** deletes the files no version within the retention period reads: replaced files,
-  and files a killed writer had moved into the table but never committed. A reader of the
+  and files a killed writer had moved into the table but never committed (or, on the
+  delta-spark backend, that a failed Delta Spark write left). A reader of the
   current version, or of any version younger than the retention, loses nothing. Staging
   folders a killed writer left behind (`_staging/<id>`) are deleted past the same age.
 """

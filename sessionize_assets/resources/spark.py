@@ -42,9 +42,12 @@ DEFAULT_CONF = {
 #   time saved (8 shuffle partitions leave it nothing to coalesce, and the joins that matter are
 #   broadcast by hint). On a cluster Spark's default (on) stays, where skewed and mis-estimated
 #   joins are worth the re-planning.
+# - Delta Spark rebuilds a table's state from its log in 50 tasks (its default), a few times per
+#   write: 2 took a rewrite of a small table from 3.8 s to 2.7 s (the delta-spark backend).
 LOCAL_CONF = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
     "spark.sql.adaptive.enabled": "false",
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 # Delta Lake's SQL and catalog support, with its jars on the classpath (`delta_jars`).
 DELTA_CONF = {
