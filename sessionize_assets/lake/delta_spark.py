@@ -8,7 +8,8 @@ nothing staged or renamed outside it:
 - `rewrite`: one `MERGE` whose source is the rows to add and markers of the rows to drop
   (`_merge_source`); Delta rewrites the files holding dropped rows, with their other rows;
   a rewrite that drops nothing is an append;
-- `merge`: a `MERGE` that updates the rows matching on the keys and inserts the others.
+- `merge`: a `MERGE` that updates the rows matching on the keys and inserts the others;
+- `maintain`: `OPTIMIZE` and `VACUUM`.
 
 The rest is the embedded store's, through delta-rs on the driver, so it needs no Spark job: the
 reads (the files the log names), the log's bookkeeping (versions, changes, file statistics,
@@ -33,7 +34,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 from delta.tables import DeltaTable as SparkDeltaTable
@@ -50,10 +51,16 @@ from sessionize_assets.lake.embedded import (
 )
 from sessionize_assets.lake.log_commits import check_advances, check_unchanged
 from sessionize_assets.lake.log_files import commit_actions, logged_changes, with_user_metadata
+from sessionize_assets.lake.maintenance import (
+    MAINTENANCE_METADATA,
+    STAGING_DIR,
+    remove_stale_staging,
+)
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
     LakeError,
+    MaintenanceResult,
     PartitionValue,
     TableSpec,
     WriteConflictError,
@@ -293,6 +300,54 @@ class DeltaSparkStore(EmbeddedDeltaStore):
             read_version=read_version,
         )
 
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def maintain(self, spec: TableSpec, *, retention: timedelta) -> MaintenanceResult:
+        """Delta Spark's OPTIMIZE (when `spec.compact`) and VACUUM, so the table's every commit
+        stays Delta Spark's; then a checkpoint of the version they leave (delta-rs, which
+        writes no commit) and the clean-up of stale staging folders (`maintenance.py`)."""
+        if not self.exists(spec):
+            return MaintenanceResult(table=spec.name, version=None)
+        table = self._delta_table(spec)
+        compacted = written = 0
+        vacuum_conf = {
+            # Our retention setting decides; Delta would refuse less than a week.
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            # VACUUM's START and END commits: the END one counts the files it deleted.
+            "spark.databricks.delta.vacuum.logging.enabled": "true",
+        }
+        with _WRITE_LOCK, self._settings(spec, metadata=MAINTENANCE_METADATA, extra=vacuum_conf):
+            if spec.compact:
+                metrics = table.optimize().executeCompaction().select("metrics.*").first()
+                if metrics is not None:
+                    compacted, written = metrics["numFilesRemoved"], metrics["numFilesAdded"]
+            before = self.version(spec)
+            table.vacuum(retention.total_seconds() / 3600)
+        deleted = self._vacuumed_files(spec, after=before)
+        remove_stale_staging(self.path(spec) / STAGING_DIR, older_than=retention)
+        checkpointed = self._table(spec)
+        assert checkpointed is not None, spec.name
+        checkpointed.create_checkpoint()
+        return MaintenanceResult(
+            table=spec.name,
+            version=checkpointed.version(),
+            files_compacted=compacted,
+            files_written=written,
+            files_deleted=deleted,
+        )
+
+    def _vacuumed_files(self, spec: TableSpec, *, after: int | None) -> int:
+        """The files VACUUM deleted, from its END commit's metrics."""
+        latest = self.version(spec)
+        deleted = 0
+        for version in range(0 if after is None else after + 1, (latest or 0) + 1):
+            for action in commit_actions(self.path(spec), version) or []:
+                info = action.get("commitInfo") or {}
+                if info.get("operation") == "VACUUM END":
+                    metrics = info.get("operationMetrics") or {}
+                    deleted += int(metrics.get("numDeletedFiles", 0))
+        return deleted
+
     # -- one Delta operation and its commit --------------------------------------------------
 
     def _location(self, spec: TableSpec) -> str:
@@ -379,14 +434,16 @@ class DeltaSparkStore(EmbeddedDeltaStore):
         *,
         metadata: Mapping[str, str],
         app_transaction: AppTransaction | None = None,
+        extra: Mapping[str, str] | None = None,
     ) -> Iterator[None]:
-        """Delta Spark's session settings for one write, restored after it."""
+        """Delta Spark's session settings for one write (and `extra` ones), restored after it."""
         wanted: dict[str, str | None] = {
             USER_METADATA_CONF: json.dumps(dict(metadata), sort_keys=True),
             TXN_APP_ID_CONF: None if app_transaction is None else app_transaction.app_id,
             TXN_VERSION_CONF: None if app_transaction is None else str(app_transaction.version),
             **parquet_options(spec),
             MAX_RECORDS_CONF: str(spec.file_rows or MAX_ROWS_PER_FILE),
+            **(extra or {}),
         }
         conf = self._spark.conf
         previous = {key: conf.get(key, None) for key in wanted}

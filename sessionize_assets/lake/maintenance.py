@@ -1,4 +1,5 @@
-"""Table maintenance, by delta-rs for both backends: compaction, checkpoints, vacuum.
+"""Table maintenance: compaction, checkpoints, vacuum (by delta-rs; the delta-spark backend
+compacts and vacuums with Delta Spark's own OPTIMIZE and VACUUM, `lake/delta_spark.py`).
 
 Why each step:
 - **Compaction** merges a partition's small files, for the tables that grow by a few rows per
@@ -27,6 +28,8 @@ from deltalake.transaction import CommitProperties
 from sessionize_assets.lake.store import MaintenanceResult, TableSpec
 
 STAGING_DIR = "_staging"  # where writers stage files before they are moved into the table
+# What a maintenance commit says it is (its commit metadata).
+MAINTENANCE_METADATA = {"sessionize": "maintenance"}
 
 
 def maintain_table(path: Path, spec: TableSpec, *, retention: timedelta) -> MaintenanceResult:
@@ -36,7 +39,7 @@ def maintain_table(path: Path, spec: TableSpec, *, retention: timedelta) -> Main
     except TableNotFoundError:
         return MaintenanceResult(table=spec.name, version=None)
     compacted = written = 0
-    properties = CommitProperties(custom_metadata={"sessionize": "maintenance"})
+    properties = CommitProperties(custom_metadata=MAINTENANCE_METADATA)
     if spec.compact:
         metrics = table.optimize.compact(commit_properties=properties)
         compacted, written = metrics["numFilesRemoved"], metrics["numFilesAdded"]
@@ -50,7 +53,7 @@ def maintain_table(path: Path, spec: TableSpec, *, retention: timedelta) -> Main
         full=True,
         commit_properties=properties,
     )
-    _remove_stale_staging(path / STAGING_DIR, older_than=retention)
+    remove_stale_staging(path / STAGING_DIR, older_than=retention)
     table = DeltaTable(str(path))  # vacuum commits its start and end: checkpoint after it
     table.create_checkpoint()
     return MaintenanceResult(
@@ -62,7 +65,8 @@ def maintain_table(path: Path, spec: TableSpec, *, retention: timedelta) -> Main
     )
 
 
-def _remove_stale_staging(staging: Path, *, older_than: timedelta) -> None:
+def remove_stale_staging(staging: Path, *, older_than: timedelta) -> None:
+    """Delete the staging folders a killed writer left, once older than the retention."""
     if not staging.is_dir():
         return
     cutoff = time.time() - older_than.total_seconds()

@@ -3,6 +3,7 @@ what no version within the retention reads, and a reader of the current version 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -12,12 +13,18 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
+from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_tests.lake.test_store import D1, D2, SPEC, frame, rows
 
 COMPACTED = replace(SPEC, name="small_files", compact=True)
+# Each backend maintains its tables: delta-rs, or Delta Spark's OPTIMIZE and VACUUM.
+ON_EACH_BACKEND = pytest.mark.parametrize(
+    "backend", [EmbeddedDeltaStore, DeltaSparkStore], ids=["embedded", "delta-spark"]
+)
 
 
 def _content(table: DeltaTable) -> list[dict]:
@@ -29,8 +36,11 @@ def _age(path, *, days: int) -> None:
     os.utime(path, (old, old))
 
 
-def test_maintenance_compacts_checkpoints_and_vacuums_without_losing_a_row(spark, tmp_path):
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=tmp_path)
+@ON_EACH_BACKEND
+def test_maintenance_compacts_checkpoints_and_vacuums_without_losing_a_row(
+    spark, tmp_path, backend
+):
+    store = backend(spark=spark, lake_dir=tmp_path)
     for i in range(3):  # three runs each add a small file to D1
         store.rewrite(COMPACTED, add=lambda i=i: frame(spark, rows((f"a{i}", D1, i))))
     store.replace_partitions(COMPACTED, frame(spark, rows(("b0", D2, 1))), partitions=[D2])
@@ -66,10 +76,19 @@ def test_maintenance_compacts_checkpoints_and_vacuums_without_losing_a_row(spark
     assert on_disk == {
         Path(unquote(urlparse(u).path)).resolve().as_uri() for u in current.file_uris()
     }
+    if backend is DeltaSparkStore:  # maintenance commits too are Delta Spark's own
+        engines = {
+            action["commitInfo"].get("engineInfo", "")
+            for commit in (root / "_delta_log").glob("*.json")
+            for action in map(json.loads, commit.read_text().splitlines())
+            if "commitInfo" in action
+        }
+        assert all("Delta-Lake/4.0" in engine for engine in engines), engines
 
 
-def test_a_deliberate_layout_is_not_compacted(spark, tmp_path):
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=tmp_path)
+@ON_EACH_BACKEND
+def test_a_deliberate_layout_is_not_compacted(spark, tmp_path, backend):
+    store = backend(spark=spark, lake_dir=tmp_path)
     for i in range(2):
         store.rewrite(SPEC, add=lambda i=i: frame(spark, rows((f"a{i}", D1, i))))
     result = store.maintain(SPEC, retention=timedelta(days=7))
