@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import re
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, timedelta
+from functools import reduce
 from typing import Any
 
 from delta.tables import DeltaTable as SparkDeltaTable
@@ -49,8 +51,8 @@ from sessionize_assets.lake.embedded import (
     merge_source,
     parquet_options,
 )
-from sessionize_assets.lake.log_commits import check_advances, check_unchanged
-from sessionize_assets.lake.log_files import commit_actions, logged_changes, with_user_metadata
+from sessionize_assets.lake.log_commits import changed_partitions, check_advances, check_unchanged
+from sessionize_assets.lake.log_files import commit_of, commits, with_user_metadata
 from sessionize_assets.lake.maintenance import (
     MAINTENANCE_METADATA,
     STAGING_DIR,
@@ -194,7 +196,7 @@ class DeltaSparkStore(EmbeddedDeltaStore):
             if search_partitions is None
             else sorted({partition_string(p) for p in search_partitions})
         )
-        condition = _all(F.col(f"t.{k}") == F.col(f"s.{k}") for k in keys)
+        condition = reduce(operator.and_, (F.col(f"t.{k}") == F.col(f"s.{k}") for k in keys))
         if searched is not None:
             condition = condition & F.col(f"t.{spec.partition_by}").isin(
                 _partition_literals(spec, searched)
@@ -229,17 +231,16 @@ class DeltaSparkStore(EmbeddedDeltaStore):
         looks: a MERGE finds the rows to drop itself, in `partitions`, and the files holding
         them are the ones Delta rewrites."""
         searched = None if partitions is None else sorted({partition_string(p) for p in partitions})
-        dropping = (drop is not None or drop_keys is not None) and searched != []
-        if files is not None and not files:
-            dropping = False
+        if searched == [] or (files is not None and not files):
+            drop = drop_keys = None  # nowhere to drop from: an append
         for attempt in range(1, _ATTEMPTS + 1):
             try:
                 return self._drop_and_add(
                     spec,
                     align(spec, add()),
-                    drop=drop if dropping else None,
-                    drop_keys=drop_keys if dropping else None,
-                    searched=searched if dropping else [],
+                    drop=drop,
+                    drop_keys=drop_keys,
+                    searched=searched if drop is not None or drop_keys is not None else [],
                     commit_metadata=commit_metadata,
                     app_transaction=app_transaction,
                     read_version=read_version,
@@ -338,14 +339,13 @@ class DeltaSparkStore(EmbeddedDeltaStore):
 
     def _vacuumed_files(self, spec: TableSpec, *, after: int | None) -> int:
         """The files VACUUM deleted, from its END commit's metrics."""
-        latest = self.version(spec)
         deleted = 0
-        for version in range(0 if after is None else after + 1, (latest or 0) + 1):
-            for action in commit_actions(self.path(spec), version) or []:
-                info = action.get("commitInfo") or {}
-                if info.get("operation") == "VACUUM END":
-                    metrics = info.get("operationMetrics") or {}
-                    deleted += int(metrics.get("numDeletedFiles", 0))
+        for _, actions in commits(
+            self.path(spec), after=-1 if after is None else after, through=self.version(spec) or 0
+        ):
+            info = commit_of(actions)
+            if info.get("operation") == "VACUUM END":
+                deleted += int((info.get("operationMetrics") or {}).get("numDeletedFiles", 0))
         return deleted
 
     # -- one Delta operation and its commit --------------------------------------------------
@@ -466,12 +466,11 @@ class DeltaSparkStore(EmbeddedDeltaStore):
     ) -> tuple[int, list[dict[str, Any]]] | None:
         """The version and actions of the commit after `after` that carries `write_id`."""
         latest = self.version(spec)
-        for version in range(after + 1, (latest if latest is not None else after) + 1):
-            actions = commit_actions(self.path(spec), version) or []
-            for action in actions:
-                info = action.get("commitInfo")
-                if info is not None and with_user_metadata(info).get(WRITE_ID) == write_id:
-                    return version, actions
+        for version, actions in commits(
+            self.path(spec), after=after, through=after if latest is None else latest
+        ):
+            if with_user_metadata(commit_of(actions)).get(WRITE_ID) == write_id:
+                return version, actions
         return None
 
     def _check_window(
@@ -486,21 +485,20 @@ class DeltaSparkStore(EmbeddedDeltaStore):
         """Raise if a commit after `read_version`, up to the snapshot this commit was made
         from, changed a partition it wrote: one that `check_unchanged` could not see (added
         rows' partitions, or commits that landed after it)."""
-        started = next(a["commitInfo"].get("readVersion") for a in actions if "commitInfo" in a)
+        started = commit_of(actions).get("readVersion")
         if started is None or started <= read_version:
             return
-        changes = logged_changes(self.path(spec), spec, since_version=read_version, through=started)
-        written = set(info.partitions)
-        clashes = sorted(
-            {(c.version, c.partition) for c in changes or () if c.partition in written}
+        clashes = changed_partitions(
+            self.path(spec), spec, info.partitions, since_version=read_version, through=started
         )
-        if changes is None or clashes:
+        if clashes is None or clashes:
             raise WriteConflictError(
                 f"{spec.name}: version {info.version} was committed over version(s) "
-                f"{sorted({v for v, _ in clashes})[:5]} (after version {read_version}, which "
-                f"this run read; checked through {checked}), which changed the same "
-                f"{spec.partition_by} {sorted({p for _, p in clashes})[:5]}: a writer without "
-                "the lake's writer lock raced this one; rebuild the table's partitions named"
+                f"{sorted({v for v, _ in clashes or ()})[:5]} (after version {read_version}, "
+                f"which this run read; checked through {checked}), which changed the same "
+                f"{spec.partition_by} {sorted({p for _, p in clashes or ()})[:5]}: a writer "
+                "without the lake's writer lock raced this one; rebuild the table's partitions "
+                "named"
             )
 
 
@@ -560,19 +558,13 @@ def _partitions_predicate(spec: TableSpec, values: Sequence[str]) -> str:
     literals. A date is re-rendered from `date` and a string quoted, so no value can change
     the predicate's shape."""
     column = "`" + spec.partition_by.replace("`", "``") + "`"
-    if spec.partition_is_date:
-        literals = [f"DATE'{date.fromisoformat(v).isoformat()}'" for v in values]
-    else:
-        literals = ["'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'" for v in values]
+    literals = [
+        f"DATE'{v.isoformat()}'"
+        if isinstance(v, date)
+        else "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        for v in _partition_literals(spec, values)
+    ]
     return f"{column} IN ({', '.join(literals)})"
-
-
-def _all(conditions: Iterable[Column]) -> Column:
-    result: Column | None = None
-    for condition in conditions:
-        result = condition if result is None else result & condition
-    assert result is not None
-    return result
 
 
 def _commit_info(spec: TableSpec, version: int, actions: list[dict[str, Any]]) -> CommitInfo:

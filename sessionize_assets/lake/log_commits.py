@@ -58,16 +58,14 @@ def check_unchanged(
     the table was created, appends included."""
     if read_version is None or table.version() <= read_version:
         return
-    changes = logged_changes(root, spec, since_version=read_version, through=table.version())
-    if changes is None:
+    clashes = changed_partitions(
+        root, spec, partitions, since_version=read_version, through=table.version()
+    )
+    if clashes is None:
         raise WriteConflictError(
             f"{spec.name}: the log since version {read_version}, which this run read, is "
             "gone; nothing was committed: run again to work from the current version"
         )
-    wanted = None if partitions is None else set(partitions)
-    clashes = sorted(
-        {(c.version, c.partition) for c in changes if wanted is None or c.partition in wanted}
-    )
     if clashes:
         versions = sorted({v for v, _ in clashes})
         dates = sorted({p for _, p in clashes})
@@ -78,6 +76,25 @@ def check_unchanged(
             f"{read_version}; nothing was committed: another run wrote the same partitions, "
             "and a new run redoes the work from the current version"
         )
+
+
+def changed_partitions(
+    root: Path,
+    spec: TableSpec,
+    partitions: Iterable[str] | None,
+    *,
+    since_version: int,
+    through: int,
+) -> list[tuple[int, str]] | None:
+    """(version, partition) of each of `partitions` (None: any) that a commit after
+    `since_version` through `through` changed, sorted; None when that log is gone."""
+    changes = logged_changes(root, spec, since_version=since_version, through=through)
+    if changes is None:
+        return None
+    wanted = None if partitions is None else set(partitions)
+    return sorted(
+        {(c.version, c.partition) for c in changes if wanted is None or c.partition in wanted}
+    )
 
 
 def check_advances(

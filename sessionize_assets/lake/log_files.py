@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,20 @@ def commit_actions(root: Path, version: int) -> list[dict[str, Any]] | None:
     except FileNotFoundError:
         return None
     return [json.loads(line) for line in lines if line.strip()]
+
+
+def commits(root: Path, *, after: int, through: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(version, actions) of each commit after `after` through `through` whose commit file
+    is still there, oldest first."""
+    for version in range(after + 1, through + 1):
+        actions = commit_actions(root, version)
+        if actions is not None:
+            yield version, actions
+
+
+def commit_of(actions: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The `commitInfo` of a commit's actions ({} when it has none)."""
+    return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
 
 
 def with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
