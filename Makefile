@@ -21,6 +21,11 @@ DEMO_SEED ?= 7
 DELTA_VERSION := 4.0.1
 DELTA_JARS_DIR := jars/delta
 DELTA_JARS_STAMP := $(DELTA_JARS_DIR)/.fetched-$(DELTA_VERSION)
+# Hadoop's S3 connector and the AWS SDK modules it calls, for a lake on S3 (README: Object
+# storage): the versions are in the pom, hadoop-aws's that of pyspark's own Hadoop jars.
+S3A_POM := maven/s3a-connector.pom.xml
+S3A_JARS_DIR := jars/s3a
+S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
 
 .PHONY: help java jars demo demo-day test lint format ui screenshot bench clean
 
@@ -31,7 +36,7 @@ help:
 	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
 	@echo "make bench  the scale benchmark (BENCH_ARGS=--quick for a few minutes)"
-	@echo "make jars   fetch the Delta Lake jars for Spark from Maven Central (make test does)"
+	@echo "make jars   fetch the Delta Lake and S3 connector jars from Maven Central (make test does)"
 
 # PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
 java:
@@ -46,7 +51,7 @@ java:
 		exit 1; \
 	fi
 
-jars: $(DELTA_JARS_STAMP)
+jars: $(DELTA_JARS_STAMP) $(S3A_JARS_STAMP)
 
 # delta-spark and delta-storage only: their other runtime dependencies (Scala, ANTLR) are
 # pyspark's own jars, and a second copy of a different version must not join the classpath.
@@ -61,6 +66,14 @@ $(DELTA_JARS_STAMP):
 		mvn --batch-mode --quiet dependency:copy -Dartifact=io.delta:$$artifact:$(DELTA_VERSION) \
 			-DoutputDirectory=$(DELTA_JARS_DIR) || exit 1; \
 	done
+	touch $@
+
+$(S3A_JARS_STAMP): $(S3A_POM)
+	@command -v mvn >/dev/null || { echo "error: Maven (mvn) fetches the S3 connector's jars and was not found." >&2; exit 1; }
+	rm -rf $(S3A_JARS_DIR)
+	mvn --batch-mode --quiet -f $(S3A_POM) dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(S3A_JARS_DIR) \
+		-DexcludeGroupIds=io.netty,org.slf4j,commons-logging,commons-codec,org.apache.httpcomponents
 	touch $@
 
 $(VENV):

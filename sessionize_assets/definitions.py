@@ -25,7 +25,13 @@ from sessionize_assets.partitions import (
 )
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
-from sessionize_assets.resources.spark import SparkResource, delta_jars, spark_config
+from sessionize_assets.resources.spark import (
+    SparkResource,
+    delta_jars,
+    s3a_conf,
+    s3a_jars,
+    spark_config,
+)
 from sessionize_assets.schedules import build_maintenance_job, build_maintenance_schedule
 from sessionize_assets.sensors import (
     build_landing_sensor,
@@ -55,19 +61,23 @@ LIFECYCLE_ASSETS = ("user_lifecycle_state", "user_lifecycle_snapshot")
 
 
 def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
-    delta_spark = settings.lake_backend == "delta-spark"
+    jars = delta_jars(settings.delta_jars_dir) if settings.lake_backend == "delta-spark" else []
+    s3 = settings.lake_on_s3
     spark = SparkResource(
         spark_config=spark_config(
             master=settings.spark_master,
-            conf=settings.spark_conf,
+            conf={**(s3a_conf(endpoint=settings.s3_endpoint) if s3 else {}), **settings.spark_conf},
             ui_enabled=spark_ui,
-            jars=delta_jars(settings.delta_jars_dir) if delta_spark else (),
+            jars=[*jars, *(s3a_jars(settings.s3a_jars_dir) if s3 else ())],
         )
     )
     return {
         "spark": spark,
         "lake": LakeResource(
-            lake_dir=str(settings.lake_dir.absolute()), backend=settings.lake_backend, spark=spark
+            lake=str(settings.lake),
+            writer_lock_dir=str(settings.lake_dir.absolute()),
+            backend=settings.lake_backend,
+            spark=spark,
         ),
         "landing": LandingZoneResource(landing_dir=str(settings.landing_dir.absolute())),
     }

@@ -283,7 +283,7 @@ def _replay(
     for line in summary.lines():
         echo(line)
     store = defs.resources["lake"].store()  # type: ignore[attr-defined]
-    for line in describe_lake(store, lake_dir=settings.lake_dir):
+    for line in describe_lake(store, lake=settings.lake):
         echo(line)
     return summary
 

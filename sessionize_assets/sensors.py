@@ -365,7 +365,7 @@ def _state_request(
 
 
 def _bookkeeping(settings: Settings, spec: TableSpec) -> pa.Table:
-    return read_small_table(table_path(settings.lake_dir, spec), spec)
+    return read_small_table(table_path(settings.lake, spec), spec)
 
 
 def _digest(value: object) -> str:
@@ -401,11 +401,11 @@ def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | Non
 def _lifecycle_behind(settings: Settings) -> list[int | None] | None:
     """[sessions version, version the intervals absorbed] when the intervals are behind."""
     try:
-        sessions = DeltaTable(str(table_path(settings.lake_dir, SESSIONS))).version()
+        sessions = DeltaTable(str(table_path(settings.lake, SESSIONS))).version()
     except DeltaError:  # none yet, or unreadable: a lifecycle run would say what is wrong
         return None
     try:
-        state = DeltaTable(str(table_path(settings.lake_dir, USER_LIFECYCLE_STATE)))
+        state = DeltaTable(str(table_path(settings.lake, USER_LIFECYCLE_STATE)))
         absorbed, _ = absorbed_by(state.transaction_version(ABSORBED))
     except DeltaError:
         absorbed = None

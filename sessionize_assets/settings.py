@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
 
+from sessionize_assets.lake.location import Location
+
 DEFAULT_START_DATE = date(2026, 1, 1)
 # A longer landing line is rejected as line_too_long (kept whole in rejected_events).
 DEFAULT_MAX_LINE_BYTES = 1 << 20
@@ -22,6 +24,8 @@ DEFAULT_MAINTENANCE_CRON = "0 3 * * *"
 # Where Delta commits are made (`resources/lake.py`): "embedded" (Spark writes Parquet, delta-rs
 # commits; no jars) or "delta-spark" (Delta Lake's own Spark operations; needs its jars).
 LAKE_BACKENDS = ("embedded", "delta-spark")
+# The schemes of a lake on S3, which Spark reaches through hadoop-aws (`s3a_jars_dir`).
+S3_SCHEMES = ("s3a", "s3")
 
 
 class SettingsError(ValueError):
@@ -33,7 +37,12 @@ class Settings:
     """Pipeline parameters (SPEC §1-§3) and where the data lives."""
 
     landing_dir: Path = Path("data/landing")
+    # The lake's local folder: its tables (unless `lake_uri` names another place), and the
+    # writer lock of the processes of this machine (`lake/writer_lock.py`).
     lake_dir: Path = Path("data/lake")
+    # The tables' location when they are on an object store (`s3a://bucket/lake`; README:
+    # Object storage). The delta-spark backend only: the embedded one commits by renaming.
+    lake_uri: str | None = None
     start_date: date = DEFAULT_START_DATE
     session_gap: timedelta = timedelta(minutes=30)
     max_session_length: timedelta = timedelta(hours=24)
@@ -44,6 +53,12 @@ class Settings:
     lake_backend: str = "embedded"  # one of LAKE_BACKENDS
     # The Delta Lake jars the delta-spark backend loads (`make jars` fetches them there).
     delta_jars_dir: Path = Path("jars/delta")
+    # Hadoop's S3 connector (hadoop-aws) and the AWS SDK modules it uses, loaded with the
+    # Delta jars when `lake_uri` is on S3 (`make jars` fetches them there).
+    s3a_jars_dir: Path = Path("jars/s3a")
+    # An S3-compatible store's address (`AWS_ENDPOINT_URL`, which delta-rs and pyarrow read
+    # themselves), handed to Spark's S3 connector; None: AWS's own endpoints.
+    s3_endpoint: str | None = None
     # Snowplow calls it backfill_limit_days: the widest range one run covers.
     max_partitions_per_run: int = 120
     # A sensor asks again for dates a run left behind after this, doubled at each attempt.
@@ -77,8 +92,29 @@ class Settings:
             _lake_backend(self.lake_backend)
         except ValueError as exc:
             raise SettingsError(f"lake backend: {exc}") from exc
+        if self.lake_uri is not None:
+            if "://" not in self.lake_uri:
+                raise SettingsError(
+                    f"lake URI must name its scheme (s3a://...), got {self.lake_uri!r}"
+                )
+            if self.lake_backend != "delta-spark":
+                raise SettingsError(
+                    f"lake URI {self.lake_uri}: the {self.lake_backend} backend commits files by "
+                    "renaming them, which object stores cannot do; set "
+                    "SESSIONIZE_LAKE_BACKEND=delta-spark"
+                )
         if self.retention < timedelta(0):
             raise SettingsError(f"retention must be >= 0, got {self.retention}")
+
+    @property
+    def lake(self) -> Location:
+        """Where the tables live: `lake_uri`, or else `lake_dir`."""
+        return Location.of(self.lake_uri or self.lake_dir)
+
+    @property
+    def lake_on_s3(self) -> bool:
+        """Whether Spark reaches the tables through Hadoop's S3 connector."""
+        return self.lake.scheme in S3_SCHEMES
 
     @property
     def sensor_interval_seconds(self) -> int:
@@ -106,6 +142,7 @@ class Settings:
         return cls(
             landing_dir=read("SESSIONIZE_LANDING_DIR", Path, defaults.landing_dir),
             lake_dir=read("SESSIONIZE_LAKE_DIR", Path, defaults.lake_dir),
+            lake_uri=read("SESSIONIZE_LAKE_URI", str, defaults.lake_uri),
             start_date=read("SESSIONIZE_START_DATE", date.fromisoformat, defaults.start_date),
             session_gap=read(
                 "SESSIONIZE_SESSION_GAP_MINUTES",
@@ -127,6 +164,10 @@ class Settings:
             spark_conf=spark_conf,
             lake_backend=read("SESSIONIZE_LAKE_BACKEND", _lake_backend, defaults.lake_backend),
             delta_jars_dir=read("SESSIONIZE_DELTA_JARS_DIR", Path, defaults.delta_jars_dir),
+            s3a_jars_dir=read("SESSIONIZE_S3A_JARS_DIR", Path, defaults.s3a_jars_dir),
+            s3_endpoint=read(
+                "AWS_ENDPOINT_URL_S3", str, read("AWS_ENDPOINT_URL", str, defaults.s3_endpoint)
+            ),
             max_partitions_per_run=read(
                 "SESSIONIZE_MAX_PARTITIONS_PER_RUN", int, defaults.max_partitions_per_run
             ),

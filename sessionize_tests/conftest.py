@@ -16,13 +16,16 @@ from sessionize_assets.resources.spark import (
     DEFAULT_CONF,
     SparkResource,
     delta_jars,
+    s3a_jars,
     spark_config,
 )
 from sessionize_assets.settings import Settings
 
 TEST_START = date(2026, 1, 1)
-# `make jars` puts them there: the tests' session loads them, for the delta-spark backend.
+# `make jars` puts them there: the tests' session loads them, for the delta-spark backend and
+# a lake on S3 (test_object_storage.py).
 DELTA_JARS_DIR = Path(__file__).resolve().parents[1] / "jars" / "delta"
+S3A_JARS_DIR = DELTA_JARS_DIR.parent / "s3a"
 # The tests' data is a few hundred rows, and each test process lives a few minutes: compiling
 # and scheduling are most of the work. Expressions are interpreted, not compiled to Java
 # (Spark's own suites run both ways), and the driver JVM stops at the C1 compiler: C2 spends
@@ -58,7 +61,7 @@ def spark_resource() -> SparkResource:
             master="local[2]",
             conf=TEST_SPARK_CONF,
             ui_enabled=False,
-            jars=delta_jars(DELTA_JARS_DIR),
+            jars=[*delta_jars(DELTA_JARS_DIR), *s3a_jars(S3A_JARS_DIR)],
         )
     )
 
@@ -81,6 +84,7 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         "spark_conf": TEST_SPARK_CONF,
         "maintenance_cron": None,  # off in tests: maintenance runs when a test asks for it
         "delta_jars_dir": DELTA_JARS_DIR,
+        "s3a_jars_dir": S3A_JARS_DIR,
     }
     return Settings(**(values | overrides))
 
@@ -131,4 +135,4 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def store(spark: SparkSession, settings: Settings) -> EmbeddedDeltaStore:
-    return EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+    return EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)

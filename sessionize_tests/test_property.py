@@ -97,7 +97,7 @@ def test_incremental_equals_full_recompute(spark, batches, data):
             Path(tmp), start_date=START, session_gap=GAP, max_session_length=MAX_LENGTH
         )
         pipeline = Pipeline(spark, config)
-        store = EmbeddedDeltaStore(spark=spark, lake_dir=config.lake_dir)
+        store = EmbeddedDeltaStore(spark=spark, lake=config.lake_dir)
         arrivals = [*order, redeliver] if redeliver is not None else list(order)
         for step, offset in enumerate(arrivals):
             received = START + timedelta(days=offset)

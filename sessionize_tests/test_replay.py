@@ -39,6 +39,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import PARTITION_TAG, RANGE_END, RANGE_START, days_between
 from sessionize_assets.replay import replay
+from sessionize_assets.resources.lake import STORES
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.reference import reference_sessions, reference_validate
 from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
@@ -103,11 +104,11 @@ def test_tables_equal_the_full_recompute(replayed, spark):
     ref = reference_validate(settings.landing_dir, START)
     assert len(ref.winners) == report.valid_events
     assert sum(ref.rejections.values()) + len(ref.winners) == report.lines
-    _assert_tables_equal_the_full_recompute(settings, spark)
+    assert_tables_equal_the_full_recompute(settings, spark)
 
 
-def _assert_tables_equal_the_full_recompute(settings, spark) -> None:
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+def assert_tables_equal_the_full_recompute(settings, spark) -> None:
+    store = STORES[settings.lake_backend](spark=spark, lake=settings.lake)
     ref = reference_validate(settings.landing_dir, START)
     events = {
         r.event_id: (r.user_id, r.event_ts, r.received_date) for r in store.read(EVENTS).collect()
@@ -173,7 +174,7 @@ def test_an_at_once_replay_leaves_the_full_recompute_and_true_metadata(spark, tm
         _assert_partitions_report_their_rows(
             instance, settings.lake_dir, "sessions", "session_date"
         )
-    _assert_tables_equal_the_full_recompute(settings, spark)
+    assert_tables_equal_the_full_recompute(settings, spark)
 
 
 # What the delta-spark backend writes with Delta's own operations, and what tells two replays'
@@ -197,7 +198,7 @@ def test_a_delta_spark_replay_equals_the_embedded_one_and_the_full_recompute(
         summary = replay(settings=settings, instance=instance, echo=lambda _: None)
     assert summary.ok and len(summary.batches) == 10
 
-    _assert_tables_equal_the_full_recompute(settings, spark)
+    assert_tables_equal_the_full_recompute(settings, spark)
     for spec in (*SPARK_WRITTEN, SESSION_CHANGES, USER_LIFECYCLE_STATE, USER_LIFECYCLE_SNAPSHOT):
         assert _content(settings.lake_dir / spec.name) == _content(embedded.lake_dir / spec.name), (
             spec.name
@@ -333,7 +334,7 @@ def test_rebuild_from_raw_changes_nothing(replayed, spark):
     from sessionize_tests.lake.test_writer_lock import hold_in_another_process
 
     settings = replayed[0]
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+    store = EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)
     logged = store.read(SESSION_CHANGES).count()
     lines: list[str] = []
     other = hold_in_another_process(
@@ -348,7 +349,7 @@ def test_rebuild_from_raw_changes_nothing(replayed, spark):
     assert f"recomputed {days} event days and {days} session days" in lines
     assert "sessions changed on 0 days" in lines
     assert store.read(SESSION_CHANGES).count() == logged
-    _assert_tables_equal_the_full_recompute(settings, spark)
+    assert_tables_equal_the_full_recompute(settings, spark)
 
 
 def test_a_sessions_only_rebuild_after_a_new_gap_leaves_events_alone(replayed, spark):
@@ -358,7 +359,7 @@ def test_a_sessions_only_rebuild_after_a_new_gap_leaves_events_alone(replayed, s
     from sessionize_assets.rebuild import rebuild
 
     settings = replayed[0]
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+    store = EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)
     events_version = store.version(EVENTS)
     days = (max(date.fromisoformat(d) for d in store.row_counts(EVENTS)) - START).days + 1
     wider = settings.with_overrides(session_gap=settings.session_gap * 3)
@@ -371,7 +372,7 @@ def test_a_sessions_only_rebuild_after_a_new_gap_leaves_events_alone(replayed, s
         assert f"recomputed 0 event days and {days} session days" in lines
         assert ("sessions changed on 0 days" not in lines) == changes
         assert store.version(EVENTS) == events_version
-        _assert_tables_equal_the_full_recompute(gap_settings, spark)
+        assert_tables_equal_the_full_recompute(gap_settings, spark)
 
 
 def test_a_second_replay_does_nothing_and_a_redelivery_counts_by_content(replayed, spark):
@@ -399,7 +400,7 @@ def test_a_second_replay_does_nothing_and_a_redelivery_counts_by_content(replaye
         changed = replay(settings=settings, instance=instance, echo=lines.append)
         assert changed.ok and [b.received for b in changed.batches] == [(date(2026, 1, 4),) * 2]
         assert any(line.startswith("[1/1] 2026-01-04 (changed): ok") for line in lines)
-    _assert_tables_equal_the_full_recompute(settings, spark)
+    assert_tables_equal_the_full_recompute(settings, spark)
 
 
 def test_a_corrupt_batch_fails_alone_and_replay_goes_on(replayed, spark):
@@ -432,4 +433,4 @@ def test_a_corrupt_batch_fails_alone_and_replay_goes_on(replayed, spark):
         bad.unlink()
         fixed = replay(settings=settings, instance=instance, echo=lines.append)
         assert fixed.ok and [b.received for b in fixed.batches] == [(bad_day, bad_day)]
-    _assert_tables_equal_the_full_recompute(settings, spark)
+    assert_tables_equal_the_full_recompute(settings, spark)

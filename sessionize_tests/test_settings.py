@@ -63,3 +63,31 @@ def test_environment_overrides():
 def test_bad_values_say_which_variable(name, value):
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_a_lake_on_s3_is_the_delta_spark_backends_with_the_endpoint_for_spark():
+    s = Settings.from_env(
+        {
+            "SESSIONIZE_LAKE_DIR": "/lake",
+            "SESSIONIZE_LAKE_URI": "s3a://bucket/lake/",
+            "SESSIONIZE_LAKE_BACKEND": "delta-spark",
+            "SESSIONIZE_S3A_JARS_DIR": "/opt/s3a",
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        }
+    )
+    assert str(s.lake) == "s3a://bucket/lake" and s.lake_on_s3
+    assert s.s3a_jars_dir == Path("/opt/s3a") and s.s3_endpoint == "http://127.0.0.1:9000"
+    assert Settings(lake_dir=Path("/lake")).lake.local_path() == Path("/lake")
+    assert not Settings(lake_dir=Path("/lake")).lake_on_s3
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"lake_uri": "s3a://bucket/lake"}, "SESSIONIZE_LAKE_BACKEND=delta-spark"),
+        ({"lake_uri": "bucket/lake", "lake_backend": "delta-spark"}, "scheme"),
+    ],
+)
+def test_a_lake_uri_the_backend_cannot_write_is_refused(changes, says):
+    with pytest.raises(SettingsError, match=says):
+        Settings(**changes)

@@ -93,7 +93,7 @@ class Pipeline:
     ) -> None:
         self.spark = spark
         self.settings = settings
-        self.store = store(spark=spark, lake_dir=settings.lake_dir)
+        self.store = store(spark=spark, lake=settings.lake_dir)
         self.runs = 0
 
     def land(self, received: date, events: list[tuple], *, name: str = "part.jsonl") -> None:
@@ -631,7 +631,7 @@ def test_two_events_runs_launched_at_once_on_overlapping_dates_end_as_a_full_rec
     outcomes: dict[str, str] = {}
 
     def run(name: str, dates: list[date]) -> None:
-        store = EmbeddedDeltaStore(spark=spark, lake_dir=settings.lake_dir)
+        store = EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)
         try:
             update_events(store, spark, event_dates=dates, run_id=name)
             outcomes[name] = "committed"
@@ -693,7 +693,7 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
     outcomes: dict[str, str] = {}
 
     def run(name: str, dates: list[date]) -> None:
-        store = ReadTogether(spark=spark, lake_dir=settings.lake_dir)
+        store = ReadTogether(spark=spark, lake=settings.lake_dir)
         try:
             update_sessions(store, spark, session_dates=dates, settings=settings, run_id=name)
             outcomes[name] = "committed"

@@ -110,7 +110,11 @@ class _DeltaConflict(WriteConflictError):
 
 class DeltaSparkStore(EmbeddedDeltaStore):
     """`DeltaStore` whose Spark writes are Delta Spark's operations: for clusters with the
-    Delta jars (`make jars`) and the session's `DELTA_CONF` (the resource sets both)."""
+    Delta jars (`make jars`) and the session's `DELTA_CONF` (the resource sets both). The
+    lake may be on an object store (`s3a://`, ...): Delta writes its files, and the driver's
+    small writes upload theirs (`log_commits.publish`)."""
+
+    OBJECT_STORAGE = True
 
     def ensure(self, spec: TableSpec) -> None:
         table = self._table(spec)
@@ -325,7 +329,8 @@ class DeltaSparkStore(EmbeddedDeltaStore):
             before = self.version(spec)
             table.vacuum(retention.total_seconds() / 3600)
         deleted = self._vacuumed_files(spec, after=before)
-        remove_stale_staging(self.path(spec) / STAGING_DIR, older_than=retention)
+        if self.path(spec).is_local:  # an object store's staging is a local temporary folder
+            remove_stale_staging(self.path(spec).local_path() / STAGING_DIR, older_than=retention)
         checkpointed = self._table(spec)
         assert checkpointed is not None, spec.name
         checkpointed.create_checkpoint()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -32,6 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.log_commits import (
     check_advances,
     check_unchanged,
@@ -80,16 +82,33 @@ def delta_schema(spec: TableSpec) -> Schema:
 class EmbeddedDeltaStore:
     """`DeltaStore` for local mode or any cluster whose executors share the lake's file system."""
 
-    def __init__(self, *, spark: SparkSession, lake_dir: Path | str) -> None:
+    # Whether the store's own writes work on an object store (no renames, no shared folder).
+    OBJECT_STORAGE = False
+
+    def __init__(self, *, spark: SparkSession, lake: Location | Path | str) -> None:
         self._spark = spark
-        self._lake_dir = Path(lake_dir).absolute()
+        self._lake = Location.of(lake)
+        if not (self._lake.is_local or self.OBJECT_STORAGE):
+            raise LakeError(
+                f"the lake at {self._lake} is not a local or shared folder, and the embedded "
+                "backend commits files it renames into place: use the delta-spark backend "
+                "(SESSIONIZE_LAKE_BACKEND=delta-spark) for a lake on an object store"
+            )
         # One delta-rs snapshot per table for the store's life (a run's step): see `_table`.
         self._snapshots: dict[str, DeltaTable] = {}
 
     # -- paths and table state ---------------------------------------------------------------
 
-    def path(self, spec: TableSpec) -> Path:
-        return table_path(self._lake_dir, spec)
+    def path(self, spec: TableSpec) -> Location:
+        return table_path(self._lake, spec)
+
+    def _staging(self, spec: TableSpec) -> Path:
+        """A new folder to write a commit's files in before they are published: in the
+        table's folder (a rename publishes them), or a local temporary one for a table on an
+        object store (an upload does)."""
+        if self.path(spec).is_local:
+            return self.path(spec).local_path() / STAGING_DIR / uuid.uuid4().hex
+        return Path(tempfile.mkdtemp(prefix=f"sessionize-{spec.name}-"))
 
     def uri(self, spec: TableSpec) -> str:
         return self.path(spec).as_uri()
@@ -141,7 +160,7 @@ class EmbeddedDeltaStore:
         return [] if table is None else [with_user_metadata(c) for c in table.history(limit)]
 
     def maintain(self, spec: TableSpec, *, retention: timedelta) -> MaintenanceResult:
-        return maintain_table(self.path(spec), spec, retention=retention)
+        return maintain_table(self.path(spec).local_path(), spec, retention=retention)
 
     def ensure(self, spec: TableSpec) -> None:
         table = self._table(spec)
@@ -356,7 +375,7 @@ class EmbeddedDeltaStore:
         if not targets:
             return CommitInfo(table=spec.name, version=self.version(spec), partitions=())
         self.ensure(spec)
-        staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
+        staging = self._staging(spec)
         staged = stage(staging)
         try:
             outside = sorted({value for value, _ in staged} - set(targets))
@@ -464,7 +483,7 @@ class EmbeddedDeltaStore:
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             table = self._table(spec)
             assert table is not None
-            staging = self.path(spec) / STAGING_DIR / uuid.uuid4().hex
+            staging = self._staging(spec)
             try:
                 touched, staged = stage(table, staging)
             except BaseException:

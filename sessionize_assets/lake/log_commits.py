@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import AddAction, CommitProperties
 
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.log_files import logged_changes
 from sessionize_assets.lake.parquet_files import file_stats
 from sessionize_assets.lake.store import (
@@ -23,30 +26,31 @@ from sessionize_assets.lake.store import (
 )
 
 
-def publish(root: Path, spec: TableSpec, staged: list[tuple[str, Path]]) -> list[AddAction]:
-    """Move staged files to their partition folders and describe them for the log."""
+def publish(root: Location, spec: TableSpec, staged: list[tuple[str, Path]]) -> list[AddAction]:
+    """Move staged files to their partition folders and describe them for the log: a rename
+    in a local folder, an upload to an object store (the staged file is then removed)."""
     adds = []
     for value, file in staged:
         relative = f"{spec.partition_by}={value}/{file.name}"
-        target = root / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(file, target)
-        stat = target.stat()
+        size, stats = file.stat().st_size, json.dumps(file_stats(file))
+        if root.is_local:
+            target = root.local_path() / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(file, target)
+            modified = target.stat().st_mtime
+        else:
+            filesystem, base = root.filesystem()
+            pafs.copy_files(str(file), f"{base}/{relative}", destination_filesystem=filesystem)
+            file.unlink()
+            modified = time.time()
         adds.append(
-            AddAction(
-                relative,
-                stat.st_size,
-                {spec.partition_by: value},
-                int(stat.st_mtime * 1000),
-                True,
-                json.dumps(file_stats(target)),
-            )
+            AddAction(relative, size, {spec.partition_by: value}, int(modified * 1000), True, stats)
         )
     return adds
 
 
 def check_unchanged(
-    root: Path,
+    root: Location,
     spec: TableSpec,
     table: DeltaTable,
     partitions: Iterable[str] | None,
@@ -79,7 +83,7 @@ def check_unchanged(
 
 
 def changed_partitions(
-    root: Path,
+    root: Location,
     spec: TableSpec,
     partitions: Iterable[str] | None,
     *,
@@ -112,10 +116,14 @@ def check_advances(
         )
 
 
-def discard(root: Path, spec: TableSpec, staged: list[tuple[str, Path]]) -> None:
+def discard(root: Location, spec: TableSpec, staged: list[tuple[str, Path]]) -> None:
+    """Delete the files of a commit that failed, staged or published."""
     for value, file in staged:
-        for candidate in (file, root / f"{spec.partition_by}={value}" / file.name):
-            candidate.unlink(missing_ok=True)
+        file.unlink(missing_ok=True)
+        published = root / f"{spec.partition_by}={value}/{file.name}"
+        if published.exists():
+            filesystem, path = published.filesystem()
+            filesystem.delete_file(path)
 
 
 def commit_properties(

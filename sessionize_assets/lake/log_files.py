@@ -19,17 +19,19 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.parquet_files import read_files
 from sessionize_assets.lake.store import FileChange, PartitionValue, TableSpec, partition_string
 
 
-def table_path(lake_dir: Path | str, spec: TableSpec) -> Path:
-    """Where the lake keeps a table: one folder per table under the lake's root."""
-    return Path(lake_dir).absolute() / spec.name
+def table_path(lake: Location | Path | str, spec: TableSpec) -> Location:
+    """Where the lake keeps a table: one folder per table under the lake's root (a local
+    folder or an object-store URI)."""
+    return Location.of(lake) / spec.name
 
 
 def read_small_table(
-    path: Path,
+    path: Location,
     spec: TableSpec,
     *,
     partitions: Iterable[PartitionValue] | None = None,
@@ -51,7 +53,7 @@ def read_small_table(
 
 
 def logged_changes(
-    root: Path, spec: TableSpec, *, since_version: int, through: int
+    root: Location, spec: TableSpec, *, since_version: int, through: int
 ) -> list[FileChange] | None:
     """The data files that the commits after `since_version` through `through` added or
     removed, oldest first, read from the commit files themselves (what changed, not the table).
@@ -81,16 +83,18 @@ def logged_changes(
     return found
 
 
-def commit_actions(root: Path, version: int) -> list[dict[str, Any]] | None:
+def commit_actions(root: Location, version: int) -> list[dict[str, Any]] | None:
     """The actions of one commit of the table at `root`, from its commit file (None: gone)."""
     try:
-        lines = (root / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+        lines = (root / f"_delta_log/{version:020d}.json").read_text().splitlines()
     except FileNotFoundError:
         return None
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def commits(root: Path, *, after: int, through: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+def commits(
+    root: Location, *, after: int, through: int
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(version, actions) of each commit after `after` through `through` whose commit file
     is still there, oldest first."""
     for version in range(after + 1, through + 1):

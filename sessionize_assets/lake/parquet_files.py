@@ -19,6 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.store import LakeError, TableSpec
 
 _MAX_STRING_STAT = 32  # Delta's default prefix length for string statistics
@@ -51,7 +52,7 @@ def stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[st
 
 
 def read_files(
-    root: Path, spec: TableSpec, paths: Iterable[str], columns: Sequence[str] | None = None
+    root: Location, spec: TableSpec, paths: Iterable[str], columns: Sequence[str] | None = None
 ) -> pa.Table:
     """The rows of these data files (paths relative to the table's `root`), only `columns`
     when given, with the spec's types: the partition column comes from each file's folder, and
@@ -59,7 +60,8 @@ def read_files(
     schema = to_arrow_schema(spec.schema)
     names = list(columns) if columns is not None else schema.names
     wanted = pa.schema([schema.field(name) for name in names])
-    files = [str(root / unquote(path)) for path in sorted(set(paths))]
+    filesystem, base = root.filesystem()
+    files = [f"{base}/{unquote(path)}" for path in sorted(set(paths))]
     if not files:
         return wanted.empty_table()
     column = schema.field(spec.partition_by).with_nullable(True)
@@ -69,7 +71,8 @@ def read_files(
         schema=pa.schema([field.with_nullable(True) for field in schema]),
         format="parquet",
         partitioning=ds.partitioning(pa.schema([column]), flavor="hive"),
-        partition_base_dir=str(root),
+        partition_base_dir=base,
+        filesystem=filesystem,
     )
     return dataset.to_table(columns=names).cast(wanted)
 

@@ -7,8 +7,7 @@ every raw row is in `events` or `rejected_events` as a cross-batch duplicate
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     EVENTS,
@@ -23,7 +22,7 @@ from sessionize_assets.lake.tables import (
 from sessionize_assets.transforms.validation import DEDUP, INGEST
 
 
-def describe_lake(store: DeltaStore, *, lake_dir: Path) -> list[str]:
+def describe_lake(store: DeltaStore, *, lake: Location) -> list[str]:
     """Lines for a person: the tables' sizes and where they are, and the lines reconciled."""
 
     def rows(spec) -> int:  # type: ignore[no-untyped-def]
@@ -39,7 +38,7 @@ def describe_lake(store: DeltaStore, *, lake_dir: Path) -> list[str]:
     lines = raw + sum(at_ingestion.values())
     reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(at_ingestion.items()))
     out = [
-        f"lake: {lake_dir.absolute()}",
+        f"lake: {lake}",
         f"  lines ingested      {lines:,} = {events:,} events + {duplicates:,} cross-batch "
         f"duplicates + {sum(at_ingestion.values()):,} rejected at ingestion"
         + (f" ({reasons})" if reasons else ""),

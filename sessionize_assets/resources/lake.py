@@ -26,16 +26,19 @@ STORES: dict[str, type[EmbeddedDeltaStore]] = {
 
 
 class LakeResource(ConfigurableResource):
-    """Delta tables under `lake_dir`, written through the `backend` store: "embedded" (Spark
-    writes the files, delta-rs commits them) or "delta-spark" (Delta Lake's own operations)."""
+    """Delta tables under `lake` (a local folder or an object store's URI), written through
+    the `backend` store: "embedded" (Spark writes the files, delta-rs commits them) or
+    "delta-spark" (Delta Lake's own operations). The writer lock of this machine's processes
+    is a file in the local folder `writer_lock_dir`."""
 
-    lake_dir: str
+    lake: str
+    writer_lock_dir: str
     backend: str = "embedded"
     spark: SparkResource
 
     def store(self) -> DeltaStore:
         """The backend's store on the run's Spark session (started here if need be)."""
-        return STORES[self.backend](spark=self.spark.session(), lake_dir=self.lake_dir)
+        return STORES[self.backend](spark=self.spark.session(), lake=self.lake)
 
     def writer(
         self,
@@ -47,7 +50,7 @@ class LakeResource(ConfigurableResource):
         from its first read to its last commit; the run's log says whom it waits for."""
         run = context.run
         return lake_writer(
-            Path(self.lake_dir),
+            Path(self.writer_lock_dir),
             holder=f"run {run.run_id} of {run.job_name} ({step})",
             on_wait=context.log.info,
         )

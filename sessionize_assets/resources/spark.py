@@ -74,6 +74,38 @@ def delta_jars(folder: Path) -> list[Path]:
     return [j for j in found if j.name.startswith(DELTA_JAR_PREFIXES)]
 
 
+# What `make jars` fetches into `jars/s3a`: Hadoop's S3 connector for the Hadoop of the
+# installed Spark, and the AWS SDK modules it calls (not the SDK's 560 MB bundle).
+S3A_JAR_PREFIXES = ("hadoop-aws-", "s3-", "sts-")
+
+
+def s3a_jars(folder: Path) -> list[Path]:
+    """Every jar in `folder` (`make jars` puts the S3 connector's in `jars/s3a`); raises
+    `FileNotFoundError`, saying how to get them, when the connector is missing."""
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [p for p in S3A_JAR_PREFIXES if not any(j.name.startswith(p) for j in found)]
+    if missing:
+        raise FileNotFoundError(
+            f"Hadoop's S3 connector ({', '.join(p.rstrip('-') for p in missing)}) is not in "
+            f"{folder}: `make jars` fetches it there with Maven"
+        )
+    return found
+
+
+def s3a_conf(*, endpoint: str | None) -> dict[str, str]:
+    """Spark's settings for a lake on S3: `s3://` is Hadoop's S3A connector too, and a custom
+    `endpoint` (an S3-compatible store) is addressed by path. Credentials are not settings:
+    the connector reads `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (or an instance role)
+    itself, as delta-rs does, and a session's settings are shown in the UI."""
+    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    if endpoint:
+        conf |= {
+            "spark.hadoop.fs.s3a.endpoint": endpoint,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+        }
+    return conf
+
+
 def spark_config(
     *,
     master: str = "local[*]",
@@ -136,7 +168,24 @@ class SparkResource(LazyPySparkResource):
         # getOrCreate may hand back an existing session: enforce the runtime settings anyway.
         for key, value in REQUIRED_CONF.items():
             spark.conf.set(key, value)
+        _set_hadoop_conf(spark, self.spark_config)
         return spark
+
+
+def _set_hadoop_conf(spark: SparkSession, config: Mapping[str, object]) -> None:
+    """Hand `spark.hadoop.*` settings to a running session's Hadoop configuration (a session
+    of the process started before, as a test's or a notebook's): Spark copies them there only
+    when the session starts, and the file systems (S3's connector) read them from there. A
+    Spark Connect server has its own."""
+    hadoop = {k.removeprefix(_HADOOP): str(v) for k, v in config.items() if k.startswith(_HADOOP)}
+    if not hadoop or "spark.remote" in config:
+        return
+    configuration = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in hadoop.items():
+        configuration.set(key, value)
+
+
+_HADOOP = "spark.hadoop."
 
 
 @contextmanager

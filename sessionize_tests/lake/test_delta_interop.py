@@ -61,7 +61,7 @@ def test_a_delta_spark_table_is_read_and_written_by_delta_rs(spark, tmp_path):
         .option("replaceWhere", "day = DATE'2026-01-02'")
         .save(str(path))
     )
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=tmp_path)
+    store = EmbeddedDeltaStore(spark=spark, lake=tmp_path)
     store.replace_partitions(SPEC, frame(spark, rows(("d", D3, 4))), partitions=[D3])
     # ... and each engine reads what the other wrote.
     by_spark = spark.read.format("delta").load(str(path)).orderBy("id")
@@ -70,11 +70,11 @@ def test_a_delta_spark_table_is_read_and_written_by_delta_rs(spark, tmp_path):
 
 
 def test_a_delta_rs_table_is_read_and_written_by_delta_spark(spark, tmp_path):
-    store = EmbeddedDeltaStore(spark=spark, lake_dir=tmp_path)
+    store = EmbeddedDeltaStore(spark=spark, lake=tmp_path)
     store.replace_partitions(
         SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2))), partitions=[D1, D2]
     )
-    path = store.path(SPEC)
+    path = store.path(SPEC).local_path()
     assert _protocol(DeltaTable(str(path))) == (1, 2, False)
 
     (

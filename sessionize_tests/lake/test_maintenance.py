@@ -40,12 +40,12 @@ def _age(path, *, days: int) -> None:
 def test_maintenance_compacts_checkpoints_and_vacuums_without_losing_a_row(
     spark, tmp_path, backend
 ):
-    store = backend(spark=spark, lake_dir=tmp_path)
+    store = backend(spark=spark, lake=tmp_path)
     for i in range(3):  # three runs each add a small file to D1
         store.rewrite(COMPACTED, add=lambda i=i: frame(spark, rows((f"a{i}", D1, i))))
     store.replace_partitions(COMPACTED, frame(spark, rows(("b0", D2, 1))), partitions=[D2])
     store.replace_partitions(COMPACTED, frame(spark, rows(("b1", D2, 2))), partitions=[D2])
-    root = store.path(COMPACTED)
+    root = store.path(COMPACTED).local_path()
     # A killed writer's leftovers: a file moved into the table but never committed, and a
     # staging folder, both older than the retention.
     live = sorted(root.glob("day=2026-01-01/*.parquet"))
@@ -88,7 +88,7 @@ def test_maintenance_compacts_checkpoints_and_vacuums_without_losing_a_row(
 
 @ON_EACH_BACKEND
 def test_a_deliberate_layout_is_not_compacted(spark, tmp_path, backend):
-    store = backend(spark=spark, lake_dir=tmp_path)
+    store = backend(spark=spark, lake=tmp_path)
     for i in range(2):
         store.rewrite(SPEC, add=lambda i=i: frame(spark, rows((f"a{i}", D1, i))))
     result = store.maintain(SPEC, retention=timedelta(days=7))

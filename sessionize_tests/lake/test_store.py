@@ -71,7 +71,7 @@ def frame(spark: SparkSession, data: list[tuple]):
 
 @pytest.fixture(params=[EmbeddedDeltaStore, DeltaSparkStore], ids=["embedded", "delta-spark"])
 def store(request, spark: SparkSession, tmp_path: Path) -> EmbeddedDeltaStore:
-    return request.param(spark=spark, lake_dir=tmp_path / "lake")
+    return request.param(spark=spark, lake=tmp_path / "lake")
 
 
 def table_rows(store: EmbeddedDeltaStore) -> list[dict]:
@@ -189,7 +189,7 @@ def test_concurrent_writers_on_disjoint_partitions_both_commit(spark, store):
 
     def write(day: date, ident: str) -> None:
         try:
-            writer = type(store)(spark=spark, lake_dir=store.path(SPEC).parent)
+            writer = type(store)(spark=spark, lake=store.path(SPEC).local_path().parent)
             writer.replace_partitions(SPEC, frame(spark, rows((ident, day, 1))), partitions=[day])
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -267,7 +267,7 @@ def _stray_parquet(store: EmbeddedDeltaStore) -> list[Path]:
     The embedded store deletes what a failed commit wrote; Delta Spark, as Delta does, leaves
     it to VACUUM: for it, this runs maintenance (no retention) first, which must delete them.
     """
-    root = store.path(SPEC)
+    root = store.path(SPEC).local_path()
     if type(store) is DeltaSparkStore and store.exists(SPEC):
         store.maintain(SPEC, retention=timedelta(0))
     added = set()
@@ -382,7 +382,7 @@ def test_rewrite_redoes_itself_after_a_concurrent_commit(spark, store):
     def add():
         calls.append(len(calls))
         if len(calls) == 1:  # someone else replaces the file we read while we compute
-            other = type(store)(spark=spark, lake_dir=store.path(SPEC).parent)
+            other = type(store)(spark=spark, lake=store.path(SPEC).local_path().parent)
             other.replace_partitions(
                 SPEC, frame(spark, rows(("a", D1, 5), ("z", D1, 9))), partitions=[D1]
             )
@@ -443,7 +443,7 @@ def test_two_writers_of_one_partition_from_one_read_version_one_commits(spark, s
     outcomes: list[str] = []
 
     def write(ident: str) -> None:
-        writer = type(store)(spark=spark, lake_dir=store.path(SPEC).parent)
+        writer = type(store)(spark=spark, lake=store.path(SPEC).local_path().parent)
         try:
             writer.replace_partitions(
                 SPEC, frame(spark, rows((ident, D1, 2))), partitions=[D1], read_version=read
@@ -640,7 +640,7 @@ def test_an_app_transaction_must_move_its_version_up(spark, store):
 def test_delta_spark_writes_are_delta_s_own_commits(spark, tmp_path):
     """Every commit of a table the delta-spark backend writes from Spark is Delta Spark's
     (its engineInfo), and delta-rs reads the result."""
-    store = DeltaSparkStore(spark=spark, lake_dir=tmp_path)
+    store = DeltaSparkStore(spark=spark, lake=tmp_path)
     store.replace_partitions(
         SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2))), partitions=[D1, D2]
     )
@@ -655,7 +655,7 @@ def test_delta_spark_writes_are_delta_s_own_commits(spark, tmp_path):
 
     engines = [
         json.loads(line)["commitInfo"].get("engineInfo", "")
-        for commit in sorted((store.path(SPEC) / "_delta_log").glob("*.json"))
+        for commit in sorted((store.path(SPEC).local_path() / "_delta_log").glob("*.json"))
         for line in commit.read_text().splitlines()
         if "commitInfo" in line
     ]

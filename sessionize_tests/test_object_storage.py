@@ -1,0 +1,67 @@
+"""The lake on an object store: the delta-spark backend with its tables on S3.
+
+The store is moto's S3 server (`s3_server.py`); Spark reaches it through Hadoop's S3 connector
+(`make jars`), delta-rs and pyarrow through the `AWS_*` environment. Nothing of the lake is on
+the local disk but the writer lock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date
+
+import pytest
+from dagster import instance_for_test
+from deltalake import DeltaTable
+
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.lake.log_files import commit_actions, table_path
+from sessionize_assets.lake.tables import ALL_TABLES
+from sessionize_assets.replay import replay
+from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings
+from sessionize_tests.s3_server import s3_server, spark_credentials
+from sessionize_tests.test_replay import SPARK_WRITTEN, assert_tables_equal_the_full_recompute
+
+# A replay over the network: minutes.
+pytestmark = pytest.mark.slow
+
+START = date(2026, 1, 1)
+
+
+def test_a_replay_with_the_lake_on_s3_equals_the_full_recompute(spark, tmp_path):
+    """`SESSIONIZE_LAKE_URI=s3a://...`: a replay, batch by batch with late events, leaves
+    tables equal to the full recompute; each is a Delta table on the store, which delta-rs
+    reads there, with Delta Spark's commits; the local lake folder holds no table."""
+    bucket = f"sessionize-{uuid.uuid4().hex[:12]}"
+    with s3_server(bucket=bucket) as endpoint:
+        settings = make_settings(
+            tmp_path,
+            start_date=START,
+            lake_backend="delta-spark",
+            lake_uri=f"s3a://{bucket}/lake",
+            s3_endpoint=endpoint,
+            spark_conf={**TEST_SPARK_CONF, **spark_credentials()},
+        )
+        generate_landing_zone(
+            out=settings.landing_dir, start=START, days=4, users=60, seed=5, late_share=0.1
+        )
+        with instance_for_test() as instance:
+            summary = replay(settings=settings, instance=instance, echo=lambda _: None)
+        assert summary.ok and len(summary.batches) == 4
+
+        assert_tables_equal_the_full_recompute(settings, spark)
+        for spec in ALL_TABLES:
+            path = table_path(settings.lake, spec)
+            assert str(path).startswith(f"s3a://{bucket}/lake/"), path
+            assert DeltaTable(str(path)).version() >= 0, spec.name
+        for spec in SPARK_WRITTEN:
+            path = table_path(settings.lake, spec)
+            engines = {
+                action["commitInfo"].get("engineInfo")
+                for version in range(DeltaTable(str(path)).version() + 1)
+                for action in commit_actions(path, version) or []
+                if "commitInfo" in action
+            }
+            assert engines and all("Delta-Lake/4.0" in (e or "") for e in engines), (spec, engines)
+    local = [p.name for p in settings.lake_dir.rglob("*") if p.is_file()]
+    assert not any(name.endswith((".parquet", ".json")) for name in local), local
