@@ -64,13 +64,7 @@ def delta_jars(folder: Path) -> list[Path]:
     Raises `FileNotFoundError`, saying how to get them, when one is missing: a session started
     without them fails later, on its first Delta operation, with a class-not-found error.
     """
-    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-    missing = [p for p in DELTA_JAR_PREFIXES if not any(j.name.startswith(p) for j in found)]
-    if missing:
-        raise FileNotFoundError(
-            f"the Delta Lake jars ({', '.join(p.rstrip('_-') for p in missing)}) are not in "
-            f"{folder}: `make jars` fetches them there with Maven"
-        )
+    found = _jars(folder, DELTA_JAR_PREFIXES, "the Delta Lake jars")
     return [j for j in found if j.name.startswith(DELTA_JAR_PREFIXES)]
 
 
@@ -82,12 +76,17 @@ S3A_JAR_PREFIXES = ("hadoop-aws-", "s3-", "sts-")
 def s3a_jars(folder: Path) -> list[Path]:
     """Every jar in `folder` (`make jars` puts the S3 connector's in `jars/s3a`); raises
     `FileNotFoundError`, saying how to get them, when the connector is missing."""
+    return _jars(folder, S3A_JAR_PREFIXES, "Hadoop's S3 connector")
+
+
+def _jars(folder: Path, prefixes: tuple[str, ...], what: str) -> list[Path]:
+    """The jars in `folder`, which must hold one named with each of `prefixes`."""
     found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-    missing = [p for p in S3A_JAR_PREFIXES if not any(j.name.startswith(p) for j in found)]
+    missing = [p for p in prefixes if not any(j.name.startswith(p) for j in found)]
     if missing:
         raise FileNotFoundError(
-            f"Hadoop's S3 connector ({', '.join(p.rstrip('-') for p in missing)}) is not in "
-            f"{folder}: `make jars` fetches it there with Maven"
+            f"{what}: {', '.join(p.rstrip('_-') for p in missing)} missing from {folder}; "
+            "`make jars` fetches them there with Maven"
         )
     return found
 

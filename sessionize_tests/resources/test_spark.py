@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sessionize_assets.resources.spark import SparkResource, delta_jars, spark_config
+from sessionize_assets.resources.spark import SparkResource, delta_jars, s3a_jars, spark_config
 
 
 def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
@@ -55,7 +55,7 @@ def test_the_session_starts_when_a_step_first_asks_for_it(tmp_path):
 
 def test_missing_delta_jars_are_named_with_how_to_get_them(tmp_path):
     (tmp_path / "delta-storage-4.0.1.jar").write_bytes(b"")
-    with pytest.raises(FileNotFoundError, match=r"\(delta-spark\) are not in .*make jars"):
+    with pytest.raises(FileNotFoundError, match=r"jars: delta-spark missing from .*make jars"):
         delta_jars(tmp_path)
     (tmp_path / "delta-spark_2.13-4.0.1.jar").write_bytes(b"")
     (tmp_path / "unrelated.jar").write_bytes(b"")
@@ -63,3 +63,12 @@ def test_missing_delta_jars_are_named_with_how_to_get_them(tmp_path):
         "delta-spark_2.13-4.0.1.jar",
         "delta-storage-4.0.1.jar",
     ]
+
+
+def test_the_s3_connector_needs_hadoop_aws_and_the_sdks_s3_and_sts(tmp_path):
+    (tmp_path / "hadoop-aws-3.4.1.jar").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"connector: s3, sts missing from .*make jars"):
+        s3a_jars(tmp_path)
+    for name in ("s3-2.57.8.jar", "sts-2.57.8.jar", "auth-2.57.8.jar"):
+        (tmp_path / name).write_bytes(b"")
+    assert len(s3a_jars(tmp_path)) == 4
