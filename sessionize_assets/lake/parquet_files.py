@@ -85,9 +85,13 @@ def file_stats(path: Path) -> dict[str, Any]:
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, int] = {}
-    for index, arrow_field in enumerate(schema):
+    # A row group's columns are the schema's leaves (a struct is one per field): a top-level
+    # column is found by its path, not by its place among the top-level fields.
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    for arrow_field in schema:
         if pa.types.is_nested(arrow_field.type):
             continue
+        index = leaves[arrow_field.name]
         low = high = None
         null_count = 0
         complete = metadata.num_row_groups > 0
