@@ -19,6 +19,7 @@ DEFAULT_START_DATE = date(2026, 1, 1)
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 # Table maintenance runs daily at 03:00 UTC; "off" in the environment leaves it stopped.
 DEFAULT_MAINTENANCE_CRON = "0 3 * * *"
+DEFAULT_CONVERSION_EVENTS = ("Order Completed",)
 
 
 # Where Delta commits are made (`resources/lake.py`): "embedded" (Spark writes Parquet, delta-rs
@@ -48,6 +49,8 @@ class Settings:
     max_session_length: timedelta = timedelta(hours=24)
     future_tolerance: timedelta = timedelta(minutes=5)
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    # The `event` names of track calls that count as a session's conversions (SPEC §3b).
+    conversion_events: tuple[str, ...] = DEFAULT_CONVERSION_EVENTS
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     lake_backend: str = "embedded"  # one of LAKE_BACKENDS
@@ -160,6 +163,9 @@ class Settings:
                 defaults.future_tolerance,
             ),
             max_line_bytes=read("SESSIONIZE_MAX_LINE_BYTES", int, defaults.max_line_bytes),
+            conversion_events=read(
+                "SESSIONIZE_CONVERSION_EVENTS", _names, defaults.conversion_events
+            ),
             spark_master=read("SESSIONIZE_SPARK_MASTER", str, defaults.spark_master),
             spark_conf=spark_conf,
             lake_backend=read("SESSIONIZE_LAKE_BACKEND", _lake_backend, defaults.lake_backend),
@@ -203,6 +209,14 @@ def _parse_spark_conf(raw: str) -> dict[str, str]:
             raise ValueError(f"expected key=value, got {item!r}")
         conf[key.strip()] = value.strip()
     return conf
+
+
+def _names(raw: str) -> tuple[str, ...]:
+    """Comma-separated names, each stripped; empty ones are dropped."""
+    names = tuple(sorted({name.strip() for name in raw.split(",") if name.strip()}))
+    if not names:
+        raise ValueError("expected comma-separated names")
+    return names
 
 
 def _lake_backend(raw: str) -> str:

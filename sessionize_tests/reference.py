@@ -9,10 +9,11 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus, urlsplit
 
 FUTURE_TOLERANCE = timedelta(minutes=5)
 
@@ -25,6 +26,7 @@ class Accepted:
     received: datetime
     received_date: date
     raw_timestamp: str
+    message: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,9 @@ def classify(
     if ts.date() < pipeline_start:
         return "before_start", None
     key = user_id if non_empty_str(user_id) else anonymous_id
-    return None, Accepted(obj["messageId"], key, ts, received, received_date, obj["timestamp"])
+    return None, Accepted(
+        obj["messageId"], key, ts, received, received_date, obj["timestamp"], message=obj
+    )
 
 
 # ----------------------------------------------------------------------- reference SPEC §3
@@ -145,10 +149,15 @@ class RefSession:
     session_number: int
     is_quarantined: bool
     excluded_events: int
+    attributes: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def reference_sessions(
-    winners: dict[str, Accepted], *, gap: timedelta, max_length: timedelta
+    winners: dict[str, Accepted],
+    *,
+    gap: timedelta,
+    max_length: timedelta,
+    conversion_events: tuple[str, ...] = ("Order Completed",),
 ) -> list[RefSession]:
     """SPEC §3 over all accepted events at once."""
     by_user: dict[str, list[Accepted]] = defaultdict(list)
@@ -177,6 +186,150 @@ def reference_sessions(
                     session_number=numbers[start.date()],
                     is_quarantined=len(included) < len(chain),
                     excluded_events=len(chain) - len(included),
+                    attributes=reference_attributes(included, conversion_events),
                 )
             )
     return out
+
+
+# ----------------------------------------------------------------------- reference SPEC §3b
+
+
+# The attribute columns of `sessions`, in the table's order.
+SESSION_ATTRIBUTES = (
+    "page_views",
+    "conversions",
+    "landing_page_url",
+    "landing_page_path",
+    "exit_page_url",
+    "referrer",
+    "referrer_host",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_term",
+    "utm_content",
+    "channel",
+    "is_engaged",
+    "device_type",
+    "os_name",
+)
+
+
+def reference_attributes(included: list[Accepted], conversion_events: tuple[str, ...]) -> dict:
+    """SPEC §3b over a session's included events, in (event_ts, event_id) order."""
+    messages = [e.message for e in included]
+    pages = [m for m in messages if m.get("type") == "page"]
+    views = sum(1 for m in messages if m.get("type") in ("page", "screen"))
+    conversions = sum(
+        1 for m in messages if m.get("type") == "track" and m.get("event") in conversion_events
+    )
+    first = pages[0] if pages else {}
+    landing_url = _page_value(first, "url")
+    referrer = _page_value(first, "referrer")
+    campaigns = [
+        m["context"]["campaign"]
+        for m in messages
+        if isinstance(m.get("context"), dict)
+        and isinstance(m["context"].get("campaign"), dict)
+        and m["context"]["campaign"]
+    ]
+    if campaigns:
+        keys = {"utm_source": "source", "utm_medium": "medium", "utm_campaign": "name"}
+        keys |= {"utm_term": "term", "utm_content": "content"}
+        utm = {column: _is_set(campaigns[0].get(key)) for column, key in keys.items()}
+    else:
+        utm = _utm_parameters(landing_url)
+    duration = (included[-1].ts - included[0].ts).total_seconds()
+    context = messages[0].get("context")
+    context = context if isinstance(context, dict) else {}
+    device, os = context.get("device"), context.get("os")
+    device_type = _is_set(device.get("type")) if isinstance(device, dict) else None
+    if device_type is None and _is_set(context.get("userAgent")):
+        device_type = "web"
+    return {
+        "page_views": views,
+        "conversions": conversions,
+        "landing_page_url": landing_url,
+        "landing_page_path": _page_value(first, "path"),
+        "exit_page_url": _page_value(pages[-1], "url") if pages else None,
+        "referrer": referrer,
+        "referrer_host": _host(referrer),
+        **utm,
+        "channel": _channel(utm, _host(referrer), _host(landing_url)),
+        "is_engaged": duration >= 10 or views >= 2 or conversions >= 1,
+        "device_type": device_type,
+        "os_name": _is_set(os.get("name")) if isinstance(os, dict) else None,
+    }
+
+
+def _is_set(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _page_value(message: dict, key: str) -> str | None:
+    """properties.<key>, else context.page.<key>."""
+    properties = message.get("properties")
+    if isinstance(properties, dict) and _is_set(properties.get(key)):
+        return properties[key]
+    context = message.get("context")
+    page = context.get("page") if isinstance(context, dict) else None
+    return _is_set(page.get(key)) if isinstance(page, dict) else None
+
+
+def _host(url: str | None) -> str | None:
+    if url is None:
+        return None
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return None
+    if host and host.startswith("www."):
+        host = host[len("www.") :]
+    return host or None
+
+
+def _utm_parameters(url: str | None) -> dict[str, str | None]:
+    names = ("utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content")
+    found: dict[str, str] = {}
+    if url is not None:
+        try:
+            query = urlsplit(url).query
+        except ValueError:
+            query = ""
+        for pair in query.split("&"):
+            if not pair:
+                continue
+            name, _, value = pair.partition("=")
+            name = unquote_plus(name)
+            if name not in found:
+                found[name] = unquote_plus(value)
+    return {name: found.get(name) or None for name in names}
+
+
+def _channel(utm: dict[str, str | None], referrer_host: str | None, landing_host: str | None):
+    medium = (utm["utm_medium"] or "").lower()
+    host = referrer_host if referrer_host != landing_host else None
+    social = {"facebook.com", "m.facebook.com", "instagram.com", "t.co", "twitter.com"}
+    social |= {"x.com", "linkedin.com", "reddit.com", "pinterest.com"}
+    search = {"bing.com", "duckduckgo.com", "search.yahoo.com", "ecosia.org", "yandex.ru"}
+    search |= {"baidu.com"}
+    if medium in ("cpc", "ppc", "paidsearch", "paid_search"):
+        return "Paid Search"
+    if medium in ("paidsocial", "paid_social", "social_paid"):
+        return "Paid Social"
+    if medium in ("email", "e-mail", "newsletter"):
+        return "Email"
+    if medium == "affiliate":
+        return "Affiliate"
+    if medium in ("display", "banner", "cpm"):
+        return "Display"
+    if medium in ("social", "social-network", "social_network") or host in social:
+        return "Organic Social"
+    if host is not None and (host.startswith("google.") or host in search):
+        return "Organic Search"
+    if host is not None:
+        return "Referral"
+    if utm["utm_source"] is not None or utm["utm_medium"] is not None:
+        return "Other Campaign"
+    return "Direct"

@@ -32,6 +32,42 @@ GAP = timedelta(minutes=30)
 MAX_LENGTH = timedelta(hours=2)
 
 
+# What an event says besides its ids and times (SPEC §3b): page views with a landing URL's
+# campaign or a campaign object, external and internal referrers, devices, a conversion, and
+# fields that are not objects. An event arriving late may become a session's first page.
+CONTENTS = (
+    {"type": "track", "event": "Tapped"},
+    {"type": "track", "event": "Order Completed"},
+    {
+        "type": "page",
+        "properties": {
+            "url": "https://shop.example/?utm_source=news+letter&utm_medium=Email",
+            "referrer": "https://www.google.com/",
+        },
+    },
+    {
+        "type": "page",
+        "properties": {"url": "https://www.shop.example/p", "path": "/p"},
+        "context": {"page": {"referrer": "https://shop.example/"}, "userAgent": "Mozilla/5.0"},
+    },
+    {
+        "type": "page",
+        "properties": {"url": "https://shop.example/c?utm_medium=cpc&utm_medium=x"},
+        "context": {"campaign": {"source": "ads", "medium": "Paid_Social"}},
+    },
+    {
+        "type": "page",
+        "context": {"page": {"url": "https://shop.example/a", "referrer": "https://t.co/x"}},
+    },
+    {
+        "type": "screen",
+        "properties": {"name": "Home"},
+        "context": {"device": {"type": "ios"}, "os": {"name": "iOS"}},
+    },
+    {"type": "track", "event": "Tapped", "properties": "not an object", "context": ["nope"]},
+)
+
+
 @st.composite
 def landing_zones(draw: st.DrawFn) -> dict[int, list[dict]]:
     """Batches (by day offset) of Segment lines for a few users, with retries and late copies,
@@ -62,6 +98,7 @@ def landing_zones(draw: st.DrawFn) -> dict[int, list[dict]]:
             ]
         for ts in times:
             index += 1
+            content = draw(st.sampled_from(CONTENTS))
             copies = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True))
             for copy, lateness in enumerate(copies):
                 received = ts + timedelta(days=lateness, seconds=1 + copy)
@@ -75,8 +112,7 @@ def landing_zones(draw: st.DrawFn) -> dict[int, list[dict]]:
                         "userId": user,
                         "timestamp": stamped.isoformat() + "Z",
                         "receivedAt": received.isoformat() + "Z",
-                        "type": "track",
-                        "event": "Tapped",
+                        **content,
                     }
                 )
     return batches

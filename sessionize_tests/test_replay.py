@@ -23,6 +23,7 @@ from dagster import (
 from deltalake import DeltaTable
 
 from sessionize_assets.assets.metadata import is_flagged
+from sessionize_assets.assets.sessions import CHANNEL_KEYS
 from sessionize_assets.definitions import LIFECYCLE_JOB
 from sessionize_assets.generator import append_day, generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
@@ -41,7 +42,11 @@ from sessionize_assets.partitions import PARTITION_TAG, RANGE_END, RANGE_START, 
 from sessionize_assets.replay import replay
 from sessionize_assets.resources.lake import STORES
 from sessionize_tests.conftest import make_settings
-from sessionize_tests.reference import reference_sessions, reference_validate
+from sessionize_tests.reference import (
+    SESSION_ATTRIBUTES,
+    reference_sessions,
+    reference_validate,
+)
 from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).
@@ -93,6 +98,10 @@ def test_replay_reports_progress_and_bounded_runs(replayed):
     ingested = next(line for line in lines if line.startswith("  lines ingested"))
     assert ingested.startswith(f"  lines ingested      {report.lines:,} = ")
     assert not any("NOT RECONCILED" in line for line in lines)
+    # Then the sessions by channel, most first, and the engaged share (SPEC §3b).
+    at = next(i for i, line in enumerate(lines) if line.startswith("  sessions by channel ("))
+    first = lines[at + 1].split()
+    assert first[0] in {"Direct", "Organic", "Referral"} and "engaged" in lines[at + 1]
     # Late batches recompute the (user, day) pairs they touch: some users, never all 300.
     later = summary.batches[3:]
     assert all(0 < b.users_recomputed < 300 for b in later)
@@ -127,9 +136,13 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
             s.event_count,
             s.session_number,
             s.is_quarantined,
+            *(s.attributes[name] for name in SESSION_ATTRIBUTES),
         )
         for s in reference_sessions(
-            ref.winners, gap=settings.session_gap, max_length=settings.max_session_length
+            ref.winners,
+            gap=settings.session_gap,
+            max_length=settings.max_session_length,
+            conversion_events=settings.conversion_events,
         )
     )
     got = sorted(
@@ -140,6 +153,7 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
             r.event_count,
             r.session_number,
             r.is_quarantined,
+            *(r[name] for name in SESSION_ATTRIBUTES),
         )
         for r in store.read(SESSIONS).collect()
     )
@@ -265,6 +279,20 @@ def test_each_partition_reports_its_own_content(replayed):
     # Run-wide figures sit on one partition per run, never on all of a range's partitions.
     sessions = _latest_metadata(instance, "sessions")
     assert any("run_pairs_recomputed" not in m for m in sessions.values())
+    # Sessions by channel and the engaged share, as the partition holds them.
+    rows = DeltaTable(str(lake / "sessions")).to_pyarrow_table().to_pylist()
+    by_day: dict[str, list[dict]] = {}
+    for row in rows:
+        by_day.setdefault(str(row["session_date"]), []).append(row)
+    for day, metadata in sessions.items():
+        held = by_day.get(day, [])
+        channels = Counter(r["channel"] for r in held)
+        assert {k: metadata[k] for k in CHANNEL_KEYS.values()} == {
+            key: channels[name] for name, key in CHANNEL_KEYS.items()
+        }, day
+        engaged = sum(r["is_engaged"] for r in held) / len(held) if held else 0.0
+        assert metadata["engaged_share"] == pytest.approx(engaged, abs=1e-4), day
+    assert any(m["sessions_organic_search"] for m in sessions.values())
     snapshot = DeltaTable(str(lake / "user_lifecycle_snapshot")).to_pyarrow_table().to_pylist()
     users = {(str(r["snapshot_date"]), r["state"]): r["users"] for r in snapshot}
     for day, metadata in _latest_metadata(instance, "user_lifecycle_snapshot").items():

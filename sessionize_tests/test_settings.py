@@ -91,3 +91,11 @@ def test_a_lake_on_s3_is_the_delta_spark_backends_with_the_endpoint_for_spark():
 def test_a_lake_uri_the_backend_cannot_write_is_refused(changes, says):
     with pytest.raises(SettingsError, match=says):
         Settings(**changes)
+
+
+def test_conversion_events_are_comma_separated_names():
+    assert Settings().conversion_events == ("Order Completed",)
+    s = Settings.from_env({"SESSIONIZE_CONVERSION_EVENTS": " Signed Up,Order Completed,, "})
+    assert s.conversion_events == ("Order Completed", "Signed Up")
+    with pytest.raises(SettingsError, match="SESSIONIZE_CONVERSION_EVENTS"):
+        Settings.from_env({"SESSIONIZE_CONVERSION_EVENTS": " , ,"})

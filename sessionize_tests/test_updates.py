@@ -41,7 +41,11 @@ from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import OPEN_END, states_by_day
 from sessionize_tests.driver import BatchRun, process_batch
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
-from sessionize_tests.reference import reference_sessions, reference_validate
+from sessionize_tests.reference import (
+    SESSION_ATTRIBUTES,
+    reference_sessions,
+    reference_validate,
+)
 
 # Minutes of batches in all: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -97,13 +101,14 @@ class Pipeline:
         self.runs = 0
 
     def land(self, received: date, events: list[tuple], *, name: str = "part.jsonl") -> None:
-        """events: (message_id, user, 'YYYY-MM-DD HH:MM[:SS]') received on `received`."""
+        """events: (message_id, user, 'YYYY-MM-DD HH:MM[:SS]'[, message fields]) received on
+        `received`; the fields (type, properties, context...) replace a track `Tapped`."""
         folder = self.settings.landing_dir / f"received_date={received.isoformat()}"
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.iterdir():
             old.unlink()
         lines = []
-        for i, (mid, user, ts) in enumerate(events):
+        for i, (mid, user, ts, *fields) in enumerate(events):
             when = datetime.fromisoformat(ts)
             arrived = max(when, datetime.combine(received, datetime.min.time())) + timedelta(
                 seconds=i + 1
@@ -116,8 +121,7 @@ class Pipeline:
                         "userId": user,
                         "timestamp": when.isoformat() + "Z",
                         "receivedAt": arrived.isoformat() + "Z",
-                        "type": "track",
-                        "event": "Tapped",
+                        **(fields[0] if fields else {"type": "track", "event": "Tapped"}),
                     }
                 )
             )
@@ -159,6 +163,7 @@ class Pipeline:
             ref.winners,
             gap=self.settings.session_gap,
             max_length=self.settings.max_session_length,
+            conversion_events=self.settings.conversion_events,
         )
         expected = sorted(
             (
@@ -172,6 +177,16 @@ class Pipeline:
             for s in ref_sessions
         )
         assert self.sessions() == expected
+        # SPEC §3b: every attribute of every session.
+        assert {
+            (r.user_id, r.session_start): tuple(r[name] for name in SESSION_ATTRIBUTES)
+            for r in self.store.read(SESSIONS).collect()
+        } == {
+            (s.user_id, s.session_start.replace(tzinfo=None)): tuple(
+                s.attributes[name] for name in SESSION_ATTRIBUTES
+            )
+            for s in ref_sessions
+        }
         quarantined = {r.session_id for r in self.store.read(SESSION_QUARANTINE).collect()}
         flagged = {
             r.session_id for r in self.store.read(SESSIONS).where("is_quarantined").collect()
@@ -286,6 +301,41 @@ def test_a_run_killed_between_the_sessions_commit_and_its_log_is_logged_by_the_n
 
 
 @ON_EACH_BACKEND
+def page(url: str, referrer: str | None = None) -> dict:
+    """A page view's message fields."""
+    return {"type": "page", "properties": {"url": url, "referrer": referrer}}
+
+
+@ON_EACH_BACKEND
+def test_a_late_first_page_event_changes_the_landing_page_and_channel(pipeline):
+    """SPEC §3b: the batch that delivers a session's new first page event gives the session
+    that page's landing URL, referrer, campaign and channel."""
+    landing = "https://shop.example/sale?utm_source=ads&utm_medium=CPC"
+    pipeline.land(
+        day(0),
+        [
+            ("b", "u", "2026-01-10 10:10", page("https://shop.example/p", "https://t.co/x")),
+            ("c", "u", "2026-01-10 10:12", page("https://shop.example/cart")),
+        ],
+    )
+    pipeline.process(day(0))
+    before = pipeline.store.read(SESSIONS).collect()
+    assert [(r.landing_page_url, r.referrer_host, r.channel) for r in before] == [
+        ("https://shop.example/p", "t.co", "Organic Social")
+    ]
+    pipeline.land(day(2), [("a", "u", "2026-01-10 10:00", page(landing, "https://www.google.de/"))])
+    pipeline.process(day(2))
+    (after,) = pipeline.store.read(SESSIONS).collect()
+    assert (after.landing_page_url, after.referrer_host, after.utm_source, after.channel) == (
+        landing,
+        "google.de",
+        "ads",
+        "Paid Search",
+    )
+    assert (after.page_views, after.exit_page_url) == (3, "https://shop.example/cart")
+    pipeline.assert_equals_full_recompute()
+
+
 def test_late_event_inside_a_session_only_extends_its_count(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:20")])
     pipeline.process(day(0))

@@ -1,7 +1,9 @@
 """events -> `sessions`, `session_quarantine` and the `session_changes` log, by session date."""
 
+import re
 from datetime import date
 
+import pyarrow.compute as pc
 from dagster import (
     AssetDep,
     AssetExecutionContext,
@@ -17,7 +19,7 @@ from dagster import (
 
 from sessionize_assets.assets.config import RebuildConfig
 from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
-from sessionize_assets.lake.store import TableSpec
+from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import late_data_condition
 from sessionize_assets.pipeline.sessions import (
@@ -29,8 +31,13 @@ from sessionize_assets.pipeline.sessions import (
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.channels import CHANNELS
 
 NO_CHANGE = DateChanges(inserted=0, replaced=0, removed=0, users=0)
+# A partition's sessions by channel (SPEC §3b) as numeric metadata, one key per channel, so
+# the Plots tab draws each over time.
+CHANNEL_KEYS = {name: "sessions_" + re.sub(r"\W+", "_", name.lower()) for name in CHANNELS}
+_NO_SESSIONS: dict[str, float] = {**dict.fromkeys(CHANNEL_KEYS.values(), 0), "engaged_share": 0.0}
 
 
 def build_sessions_assets(
@@ -93,6 +100,7 @@ def build_sessions_assets(
             # `changed` says whether this run changed it.
             tables = (SESSIONS, SESSION_QUARANTINE, SESSION_CHANGES)
             rows = {table: store.row_counts(table, partitions=dates) for table in tables}
+            channels = _channel_figures(store, dates)
             for day in dates:
                 key = day.isoformat()
                 change = report.changes_by_date.get(day, NO_CHANGE)
@@ -105,6 +113,7 @@ def build_sessions_assets(
                         "summary": MetadataValue.md(
                             _day_summary(key, rows[SESSIONS].get(key, 0), change)
                         ),
+                        **channels.get(key, _NO_SESSIONS),
                         **(
                             run_figures({**_run_figures(report), "spark_jobs": jobs})
                             if day == dates[-1]
@@ -168,3 +177,28 @@ def _run_figures(report: SessionsReport) -> dict[str, int]:
         "files_rewritten": report.files_rewritten,
         "files_before": report.files_total,
     }
+
+
+def _channel_figures(store: DeltaStore, dates: list[date]) -> dict[str, dict[str, float]]:
+    """Per session date, its sessions by channel and the share that are engaged, as the table
+    holds them now: two columns of those partitions, read on the driver (no Spark job)."""
+    table = store.read_arrow(
+        SESSIONS, partitions=dates, columns=["session_date", "channel", "is_engaged"]
+    )
+    if not table.num_rows:
+        return {}
+    table = table.set_column(0, "session_date", pc.cast(table["session_date"], "string"))
+    figures: dict[str, dict[str, float]] = {}
+    counts = table.group_by(["session_date", "channel"]).aggregate([("channel", "count")])
+    for day, name, count in zip(
+        *(counts[c].to_pylist() for c in ("session_date", "channel", "channel_count")), strict=True
+    ):
+        if name in CHANNEL_KEYS:  # rows written before channels were: null, not counted
+            figures.setdefault(day, dict(_NO_SESSIONS))[CHANNEL_KEYS[name]] = count
+    engaged = table.group_by("session_date").aggregate([("is_engaged", "mean")])
+    for day, share in zip(
+        engaged["session_date"].to_pylist(), engaged["is_engaged_mean"].to_pylist(), strict=True
+    ):
+        if share is not None:
+            figures.setdefault(day, dict(_NO_SESSIONS))["engaged_share"] = round(share, 4)
+    return figures

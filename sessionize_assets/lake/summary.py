@@ -7,6 +7,8 @@ every raw row is in `events` or `rejected_events` as a cross-batch duplicate
 
 from __future__ import annotations
 
+from pyspark.sql import functions as F
+
 from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
@@ -60,4 +62,29 @@ def describe_lake(store: DeltaStore, *, lake: Location) -> list[str]:
         (USER_LIFECYCLE_SNAPSHOT, f"snapshot rows ({snapshot_days} days x 5 states)"),
     ):
         out.append(f"  {spec.name:<24}{rows(spec):>12,}  {what}")
+    out.extend(_sessions_by_channel(store))
+    return out
+
+
+def _sessions_by_channel(store: DeltaStore) -> list[str]:
+    """The sessions by channel, most first, and the share that are engaged (SPEC §3b)."""
+    rows = (
+        store.read(SESSIONS)
+        .groupBy("channel")
+        .agg(
+            F.count(F.lit(1)).alias("sessions"),
+            F.sum(F.col("is_engaged").cast("int")).alias("engaged"),
+        )
+        .collect()
+    )
+    total = sum(r.sessions for r in rows)
+    if not total:
+        return []
+    engaged = sum(r.engaged or 0 for r in rows)
+    out = [f"  sessions by channel ({engaged / total:.0%} engaged):"]
+    for r in sorted(rows, key=lambda r: (-r.sessions, str(r.channel))):
+        out.append(
+            f"    {r.channel or '(none)':<20}{r.sessions:>10,}  {r.sessions / total:>4.0%}, "
+            f"{(r.engaged or 0) / r.sessions:.0%} engaged"
+        )
     return out

@@ -17,6 +17,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.store import TableSpec
+from sessionize_assets.transforms.attributes import CAMPAIGN_TYPE
 from sessionize_assets.transforms.lifecycle import INTERVAL_SCHEMA, SNAPSHOT_SCHEMA
 
 # Rows per sessions file: the unit a late event's correction rewrites (see SESSIONS).
@@ -54,6 +55,22 @@ _EVENT_FIELDS = (
     ("properties", StringType(), True, "properties as a JSON string"),
     ("context", StringType(), True, "context as a JSON string"),
     ("extra", StringType(), True, "every other field of the message, as a JSON object"),
+    # What the session attributes (SPEC §3b) are taken from, parsed once at ingestion
+    # (transforms/attributes.py); a session reads these of its first page event, say.
+    ("page_url", StringType(), True, "properties.url, else context.page.url"),
+    ("page_path", StringType(), True, "properties.path, else context.page.path"),
+    ("page_referrer", StringType(), True, "properties.referrer, else context.page.referrer"),
+    ("page_host", StringType(), True, "page_url's host, lower-case, without www."),
+    ("referrer_host", StringType(), True, "page_referrer's host, lower-case, without www."),
+    (
+        "campaign",
+        CAMPAIGN_TYPE,
+        True,
+        "context.campaign's source, medium, name, term, content (null: not a non-empty object)",
+    ),
+    ("url_campaign", CAMPAIGN_TYPE, True, "page_url's utm_* query parameters, form-decoded"),
+    ("device_type", StringType(), True, "context.device.type, else web with a userAgent"),
+    ("os_name", StringType(), True, "context.os.name"),
     _SOURCE_FILE,
 )
 
@@ -217,6 +234,24 @@ SESSIONS = TableSpec(
         ("event_count", LongType(), False, "events included"),
         ("session_number", IntegerType(), False, "1-based rank among the user's sessions that day"),
         ("is_quarantined", BooleanType(), False, "the chain ran past the maximum length"),
+        # SPEC §3b, over the included events in (event_ts, event_id) order. Nullable, as
+        # columns a table gains are: a session written before them has none.
+        ("page_views", LongType(), True, "included page and screen events"),
+        ("conversions", LongType(), True, "included track events named a conversion"),
+        ("landing_page_url", StringType(), True, "the first page event's URL"),
+        ("landing_page_path", StringType(), True, "the first page event's path"),
+        ("exit_page_url", StringType(), True, "the last page event's URL"),
+        ("referrer", StringType(), True, "the first page event's referrer"),
+        ("referrer_host", StringType(), True, "referrer's host, lower-case, without www."),
+        ("utm_source", StringType(), True, "the first campaign's source, else the landing URL's"),
+        ("utm_medium", StringType(), True, "the first campaign's medium, else the landing URL's"),
+        ("utm_campaign", StringType(), True, "the first campaign's name, else the landing URL's"),
+        ("utm_term", StringType(), True, "the first campaign's term, else the landing URL's"),
+        ("utm_content", StringType(), True, "the first campaign's content, else the URL's"),
+        ("channel", StringType(), True, "default channel group (README: Session attributes)"),
+        ("is_engaged", BooleanType(), True, ">= 10 s, or >= 2 page views, or a conversion"),
+        ("device_type", StringType(), True, "the first event's device type, else web"),
+        ("os_name", StringType(), True, "the first event's operating system"),
     ),
 )
 

@@ -15,6 +15,7 @@ Its old rows are all compared, so there too only the pairs whose rows differ are
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
@@ -53,7 +54,7 @@ from sessionize_assets.pipeline.manifests import (
     sessions_progress,
 )
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.sessions import build_sessions
+from sessionize_assets.transforms.sessions import SESSION_EVENT_COLUMNS, build_sessions
 
 PAIR = ("user_id", "session_date")
 
@@ -62,7 +63,8 @@ def session_definition(settings: Settings) -> str:
     """What sessions depend on besides events: part of the assets' code version."""
     gap = settings.session_gap.total_seconds()
     cap = settings.max_session_length.total_seconds()
-    return f"gap={gap:g}s,cap={cap:g}s"
+    conversions = json.dumps(sorted(settings.conversion_events))
+    return f"gap={gap:g}s,cap={cap:g}s,conversions={conversions}"
 
 
 @dataclass(kw_only=True)
@@ -157,7 +159,7 @@ def update_sessions(
         return report
     scope = _Scope(whole=whole, pairs=touched, listed=by_date)
     computed = sorted([*whole, *partial])
-    columns = ["user_id", "event_ts", "event_id", "event_date"]
+    columns = list(SESSION_EVENT_COLUMNS)
     whole_window = event_window(whole, settings)
     # Every user's events around whole dates; elsewhere each touched pair's user's events in
     # that pair's window, found by user (Parquet skips the other users' row groups).
@@ -184,6 +186,7 @@ def update_sessions(
         events,
         gap=settings.session_gap,
         max_length=settings.max_session_length,
+        conversion_events=settings.conversion_events,
         session_dates=computed,
     )
     sessions = scope.within(sessions).persist(StorageLevel.MEMORY_AND_DISK)

@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import date, timedelta
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from sessionize_assets.transforms.attributes import UTM_FIELDS
+from sessionize_assets.transforms.channels import channel_column
+
 QUARANTINE_REASON = "exceeds_max_session_length"
+# The columns of `events` a session is built from.
+SESSION_EVENT_COLUMNS = (
+    "user_id",
+    "event_ts",
+    "event_id",
+    "event_date",
+    "event_type",
+    "event_name",
+    "page_url",
+    "page_path",
+    "page_referrer",
+    "page_host",
+    "referrer_host",
+    "campaign",
+    "url_campaign",
+    "device_type",
+    "os_name",
+)
+# SPEC §3b: page views are these types; the landing and exit pages are `page` events'.
+PAGE_VIEW_TYPES = ("page", "screen")
+PAGE = "page"
+# GA4's engaged session: this long, or this many page views, or a conversion.
+ENGAGED_SECONDS = 10
+ENGAGED_PAGE_VIEWS = 2
 
 
 def _micros(delta: timedelta) -> int:
@@ -40,12 +67,15 @@ def build_sessions(
     *,
     gap: timedelta,
     max_length: timedelta,
+    conversion_events: Collection[str],
     session_dates: Iterable[date] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """Sessions and quarantine rows from events, kept for `session_dates` (None: all).
+    """Sessions with their attributes (SPEC §3b) and quarantine rows from events, kept for
+    `session_dates` (None: all).
 
     `events` must hold every event that can decide those dates' sessions: one gap before the
-    first date through `max_length + gap` after the last (see partitions.py).
+    first date through `max_length + gap` after the last (see partitions.py), with the
+    columns of `SESSION_EVENT_COLUMNS`.
     """
     chained = chains(events, gap=gap, max_length=max_length)
     per_chain = chained.groupBy("user_id", "chain").agg(
@@ -55,6 +85,7 @@ def build_sessions(
         F.count(F.when(~F.col("included"), 1)).alias("excluded_events"),
         F.timestamp_micros(F.max("_ts")).alias("chain_end"),
         F.min("chain_start_us").alias("_start_us"),
+        *_attribute_aggregates(conversion_events),
     )
     sessions = per_chain.withColumn("session_date", F.to_date("session_start"))
     if session_dates is not None:
@@ -78,6 +109,7 @@ def build_sessions(
         F.col("event_count").cast("long").alias("event_count"),
         F.row_number().over(number).cast("int").alias("session_number"),
         "is_quarantined",
+        *_attribute_columns(),
     )
     quarantine = sessions.where("is_quarantined").select(
         "session_id",
@@ -90,3 +122,58 @@ def build_sessions(
         F.lit(QUARANTINE_REASON).alias("reason"),
     )
     return out, quarantine
+
+
+def _attribute_aggregates(conversion_events: Collection[str]) -> list[Column]:
+    """What a session's attributes are picked from, over its included events, in the chain's
+    aggregation (no pass of their own): min_by / max_by on (event_ts, event_id), where an
+    ordering left null (an event that does not qualify) is skipped."""
+    included = F.col("included")
+    order = F.struct("_ts", "event_id")
+    page = included & (F.col("event_type") == PAGE)
+    page_fields = ("page_url", "page_path", "page_referrer", "page_host", "referrer_host")
+    conversion = (F.col("event_type") == "track") & F.col("event_name").isin(
+        *sorted(conversion_events)
+    )
+    return [
+        F.count(F.when(included & F.col("event_type").isin(*PAGE_VIEW_TYPES), 1)).alias(
+            "page_views"
+        ),
+        F.count(F.when(included & conversion, 1)).alias("conversions"),
+        F.min_by(F.struct(*page_fields, "url_campaign"), F.when(page, order)).alias("_landing"),
+        F.max_by(F.col("page_url"), F.when(page, order)).alias("exit_page_url"),
+        F.min_by(F.col("campaign"), F.when(included & F.col("campaign").isNotNull(), order)).alias(
+            "_campaign"
+        ),
+        F.min_by(F.struct("device_type", "os_name"), F.when(included, order)).alias("_first"),
+    ]
+
+
+def _attribute_columns() -> list[Column]:
+    """The attribute columns of `sessions` from `_attribute_aggregates`: the campaign is the
+    first event's with one, else the landing page URL's parameters."""
+    utm = F.coalesce(F.col("_campaign"), F.col("_landing.url_campaign"))
+    duration_us = F.unix_micros("session_end") - F.unix_micros("session_start")
+    return [
+        F.col("page_views").cast("long").alias("page_views"),
+        F.col("conversions").cast("long").alias("conversions"),
+        F.col("_landing.page_url").alias("landing_page_url"),
+        F.col("_landing.page_path").alias("landing_page_path"),
+        "exit_page_url",
+        F.col("_landing.page_referrer").alias("referrer"),
+        F.col("_landing.referrer_host").alias("referrer_host"),
+        *(utm[name].alias(name) for name in UTM_FIELDS),
+        channel_column(
+            utm_source=utm["utm_source"],
+            utm_medium=utm["utm_medium"],
+            referrer_host=F.col("_landing.referrer_host"),
+            landing_host=F.col("_landing.page_host"),
+        ).alias("channel"),
+        (
+            (duration_us >= ENGAGED_SECONDS * 1_000_000)
+            | (F.col("page_views") >= ENGAGED_PAGE_VIEWS)
+            | (F.col("conversions") >= 1)
+        ).alias("is_engaged"),
+        F.col("_first.device_type").alias("device_type"),
+        F.col("_first.os_name").alias("os_name"),
+    ]

@@ -20,9 +20,16 @@ from operator import attrgetter
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from sessionize_assets.transforms.attributes import (
+    CAMPAIGN_TYPE,
+    UTM_FIELDS,
+    EventAttributes,
+    event_attributes,
+)
 
 INVALID_ENCODING = "invalid_encoding"
 LINE_TOO_LONG = "line_too_long"
@@ -77,6 +84,7 @@ class ParsedLine:
     properties: str | None = None
     context: str | None = None
     extra: str | None = None
+    attributes: EventAttributes | None = None
 
 
 def _reject_constant(name: str) -> Any:
@@ -188,6 +196,7 @@ def parse_line(line: str, *, start_date: date, future_tolerance: timedelta) -> P
         properties=_json_text(message.get("properties")),
         context=_json_text(message.get("context")),
         extra=_json_text(extra) if extra else None,
+        attributes=event_attributes(message.get("properties"), message.get("context")),
     )
 
 
@@ -226,6 +235,35 @@ _PARSED_SCHEMA = StructType(
         StructField("extra", StringType()),
     ]
 )
+# The session attributes' values of an accepted line (`EventAttributes`), flattened: the
+# campaigns become structs in Spark (`parse_lines`).
+_PAGE_FIELDS = ("page_url", "page_path", "page_referrer", "page_host", "referrer_host")
+_DEVICE_FIELDS = ("device_type", "os_name")
+_CAMPAIGN_SET = "campaign_set"
+_ATTRIBUTE_SCHEMA = StructType(
+    [
+        *(StructField(name, StringType()) for name in _PAGE_FIELDS),
+        StructField(_CAMPAIGN_SET, BooleanType()),
+        *(StructField(f"campaign_{name}", StringType()) for name in UTM_FIELDS),
+        *(StructField(f"url_{name}", StringType()) for name in UTM_FIELDS),
+        *(StructField(name, StringType()) for name in _DEVICE_FIELDS),
+    ]
+)
+_NO_ATTRIBUTES = (None,) * len(_ATTRIBUTE_SCHEMA.fields)
+
+
+def _attribute_values(attributes: EventAttributes | None) -> tuple[Any, ...]:
+    """`attributes` in `_ATTRIBUTE_SCHEMA`'s order."""
+    if attributes is None:
+        return _NO_ATTRIBUTES
+    a = attributes
+    return (
+        *(getattr(a, name) for name in _PAGE_FIELDS),
+        a.campaign is not None,
+        *(a.campaign or (None,) * len(UTM_FIELDS)),
+        *a.url_campaign,
+        *(getattr(a, name) for name in _DEVICE_FIELDS),
+    )
 
 
 def _micros(value: datetime | None) -> int | None:
@@ -245,9 +283,12 @@ def parse_lines(
     invalid sequence; every other line has `raw_bytes` null. Keeps the input's other columns
     (`received_date`, `source_file`, ...).
     """
-    names = [field.name for field in _PARSED_SCHEMA]
-    text_names = [name for name in names if not name.endswith("_us")]
-    built = [*text_names, "event_us", "received_us"]  # the order rows are built in
+    schema = StructType([*_PARSED_SCHEMA.fields, *_ATTRIBUTE_SCHEMA.fields])
+    names = [field.name for field in schema]
+    text_names = [field.name for field in _PARSED_SCHEMA if not field.name.endswith("_us")]
+    attribute_names = _ATTRIBUTE_SCHEMA.fieldNames()
+    # The order rows are built in.
+    built = [*text_names, "event_us", "received_us", *attribute_names]
     texts = attrgetter(*text_names)
     empty = (None,) * len(built)
 
@@ -260,7 +301,7 @@ def parse_lines(
                     continue
                 parsed = parse_line(line, start_date=start_date, future_tolerance=future_tolerance)
                 times = (_micros(parsed.event_ts), _micros(parsed.received_at))
-                rows.append(texts(parsed) + times)
+                rows.append(texts(parsed) + times + _attribute_values(parsed.attributes))
             frame = pd.DataFrame.from_records(rows, columns=built, nrows=len(rows))[names]
             for column in ("event_us", "received_us"):
                 frame[column] = frame[column].astype("Int64")
@@ -279,7 +320,7 @@ def parse_lines(
         size > max_line_bytes,
         F.format_string("%d bytes, over the limit of %d bytes", size, F.lit(max_line_bytes)),
     )
-    parse = F.pandas_udf(parse_batches, returnType=_PARSED_SCHEMA)  # type: ignore[call-overload]
+    parse = F.pandas_udf(parse_batches, returnType=schema)  # type: ignore[call-overload]
     checked = lines.select(
         "*", byte_reason.alias("_byte_reason"), byte_detail.alias("_byte_detail")
     )
@@ -289,9 +330,15 @@ def parse_lines(
     others = [c for c in lines.columns if c != "raw_line"]
     fields = [
         F.col(f"_parsed.{name}").alias(name)
-        for name in names
-        if not name.endswith("_us") and name not in ("reason", "detail")
+        for name in (*text_names, *_PAGE_FIELDS, *_DEVICE_FIELDS)
+        if name not in ("reason", "detail")
     ]
+
+    def campaign(prefix: str) -> Column:
+        return F.struct(
+            *(F.col(f"_parsed.{prefix}{name}").alias(name) for name in UTM_FIELDS)
+        ).cast(CAMPAIGN_TYPE)
+
     return parsed.select(
         F.when(valid_utf8, line).otherwise(F.make_valid_utf8(line)).alias("raw_line"),
         F.when(~valid_utf8, line.cast("binary")).alias("raw_bytes"),
@@ -301,6 +348,8 @@ def parse_lines(
         *fields,
         F.timestamp_micros(F.col("_parsed.event_us")).alias("event_ts"),
         F.timestamp_micros(F.col("_parsed.received_us")).alias("received_at"),
+        F.when(F.col(f"_parsed.{_CAMPAIGN_SET}"), campaign("campaign_")).alias("campaign"),
+        F.when(F.col("_parsed.event_us").isNotNull(), campaign("url_")).alias("url_campaign"),
     ).withColumn("event_date", F.to_date("event_ts"))
 
 

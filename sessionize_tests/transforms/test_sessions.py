@@ -5,9 +5,14 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 
 import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from sessionize_assets.transforms.sessions import build_sessions
+from sessionize_assets.lake.tables import EVENTS
+from sessionize_assets.transforms.attributes import event_attributes
+from sessionize_assets.transforms.sessions import SESSION_EVENT_COLUMNS, build_sessions
 
+CONVERSIONS = ("Order Completed",)
 GAP = timedelta(minutes=30)
 MAX = timedelta(hours=24)
 DAY = date(2026, 1, 5)
@@ -17,12 +22,25 @@ def at(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+def with_event_columns(df):
+    """`df` with the rest of `SESSION_EVENT_COLUMNS` as nulls of their `events` types."""
+    types = {f.name: f.dataType for f in EVENTS.schema}
+    missing = [c for c in SESSION_EVENT_COLUMNS if c not in df.columns]
+    return df.select("*", *(F.lit(None).cast(types[c]).alias(c) for c in missing))
+
+
 def sessions_of(spark, events, *, dates=None, gap=GAP, max_length=MAX):
     df = spark.createDataFrame(
         [(f"e{i}" if len(e) == 2 else e[2], e[0], at(e[1])) for i, e in enumerate(events)],
         "event_id string, user_id string, event_ts timestamp",
     )
-    sessions, quarantine = build_sessions(df, gap=gap, max_length=max_length, session_dates=dates)
+    sessions, quarantine = build_sessions(
+        with_event_columns(df),
+        gap=gap,
+        max_length=max_length,
+        conversion_events=CONVERSIONS,
+        session_dates=dates,
+    )
     rows = sorted(sessions.collect(), key=lambda r: (r.user_id, r.session_start))
     return rows, sorted(quarantine.collect(), key=lambda r: (r.user_id, r.session_start))
 
@@ -136,3 +154,151 @@ def test_gap_is_a_parameter(spark, gap_minutes):
         gap=timedelta(minutes=gap_minutes),
     )
     assert len(rows) == (2 if gap_minutes < 40 else 1)
+
+
+# -- SPEC §3b: the attributes, picked among a session's included events ------------------------
+
+
+def attributed_sessions(spark, events, *, max_length=MAX, conversions=CONVERSIONS):
+    """Sessions of events given as (id, time, type, name, properties, context), one user."""
+    rows = []
+    for event_id, ts, event_type, name, properties, context in events:
+        a = event_attributes(properties, context)
+        rows.append(
+            (
+                event_id,
+                "u",
+                at(ts),
+                event_type,
+                name,
+                a.page_url,
+                a.page_path,
+                a.page_referrer,
+                a.page_host,
+                a.referrer_host,
+                a.campaign,
+                a.url_campaign,
+                a.device_type,
+                a.os_name,
+            )
+        )
+    types = {f.name: f.dataType for f in EVENTS.schema}
+    schema = StructType(
+        [
+            StructField(name, types[name])
+            for name in SESSION_EVENT_COLUMNS
+            if name not in ("user_id", "event_ts", "event_id", "event_date")
+        ]
+    )
+    df = spark.createDataFrame(
+        rows,
+        StructType(
+            [
+                StructField("event_id", StringType()),
+                StructField("user_id", StringType()),
+                StructField("event_ts", TimestampType()),
+                *schema.fields,
+            ]
+        ),
+    ).withColumn("event_date", F.to_date("event_ts"))
+    sessions, _ = build_sessions(df, gap=GAP, max_length=max_length, conversion_events=conversions)
+    return sorted(sessions.collect(), key=lambda r: r.session_start)
+
+
+def page(url=None, referrer=None, **context):
+    return {"url": url, "referrer": referrer}, context
+
+
+def test_landing_exit_referrer_and_campaign_come_from_the_page_events(spark):
+    landing = page("https://www.shop.example/a?utm_source=news&utm_medium=Email", "https://t.co/x")
+    (session,) = attributed_sessions(
+        spark,
+        [
+            ("e1", "2026-01-05 10:00:00", "track", "Clicked", {}, {"os": {"name": "iOS"}}),
+            ("e2", "2026-01-05 10:01:00", "page", None, *landing),
+            ("e3", "2026-01-05 10:02:00", "screen", None, {}, {}),
+            ("e4", "2026-01-05 10:03:00", "page", None, *page("https://shop.example/b")),
+            ("e5", "2026-01-05 10:04:00", "track", "Order Completed", {}, {}),
+        ],
+    )
+    assert (session.page_views, session.conversions, session.is_engaged) == (3, 1, True)
+    assert session.landing_page_url == "https://www.shop.example/a?utm_source=news&utm_medium=Email"
+    assert session.exit_page_url == "https://shop.example/b"
+    assert (session.referrer, session.referrer_host) == ("https://t.co/x", "t.co")
+    assert (session.utm_source, session.utm_medium, session.utm_campaign) == ("news", "Email", None)
+    assert session.channel == "Email"  # the medium decides before the social referrer
+    assert (session.device_type, session.os_name) == (None, "iOS")  # the first event's
+
+
+def test_a_campaign_object_wins_over_the_landing_urls_parameters_from_any_event(spark):
+    (session,) = attributed_sessions(
+        spark,
+        [
+            (
+                "e1",
+                "2026-01-05 10:00:00",
+                "page",
+                None,
+                *page("https://shop.example/?utm_medium=cpc"),
+            ),
+            ("e2", "2026-01-05 10:00:05", "track", "x", {}, {"campaign": {"name": "spring"}}),
+            ("e3", "2026-01-05 10:00:06", "track", "y", {}, {"campaign": {"medium": "email"}}),
+        ],
+    )
+    assert (session.utm_medium, session.utm_campaign) == (None, "spring")
+    assert session.channel == "Direct" and not session.is_engaged  # 6 s, 1 page view
+
+
+def test_an_internal_referrer_is_no_referrer_and_a_search_host_is_organic_search(spark):
+    internal, search = attributed_sessions(
+        spark,
+        [
+            (
+                "e1",
+                "2026-01-05 10:00:00",
+                "page",
+                None,
+                *page("https://shop.example/", "https://www.shop.example/"),
+            ),
+            (
+                "e2",
+                "2026-01-05 12:00:00",
+                "page",
+                None,
+                *page("https://shop.example/", "https://www.google.de/"),
+            ),
+        ],
+    )
+    assert (internal.referrer_host, internal.channel) == ("shop.example", "Direct")
+    assert (search.referrer_host, search.channel) == ("google.de", "Organic Search")
+
+
+def test_events_past_the_cap_count_for_nothing(spark):
+    (session,) = attributed_sessions(
+        spark,
+        [
+            ("e1", "2026-01-05 10:00:00", "track", "x", {}, {"userAgent": "Mozilla"}),
+            ("e2", "2026-01-05 10:00:05", "page", None, *page("https://shop.example/in")),
+            ("e3", "2026-01-05 10:00:20", "page", None, *page("https://shop.example/out")),
+            ("e4", "2026-01-05 10:00:30", "track", "Order Completed", {}, {}),
+        ],
+        max_length=timedelta(seconds=10),
+    )
+    assert session.is_quarantined and session.event_count == 2
+    assert (session.page_views, session.conversions) == (1, 0)
+    assert session.landing_page_url == session.exit_page_url == "https://shop.example/in"
+    assert session.device_type == "web" and not session.is_engaged  # 5 s
+
+
+def test_a_session_without_page_events_has_no_pages_and_ties_break_on_the_event_id(spark):
+    (session,) = attributed_sessions(
+        spark,
+        [
+            ("b", "2026-01-05 10:00:00", "track", "Signed Up", {}, {"device": {"type": "ios"}}),
+            ("a", "2026-01-05 10:00:00", "track", "Signed Up", {}, {"device": {"type": "android"}}),
+        ],
+        conversions=("Signed Up",),
+    )
+    assert session.landing_page_url is None and session.exit_page_url is None
+    assert session.channel == "Direct" and session.conversions == 2 and session.is_engaged
+    assert session.device_type == "android"

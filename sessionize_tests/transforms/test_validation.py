@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
+from sessionize_assets.transforms.attributes import UTM_FIELDS
 from sessionize_assets.transforms.validation import (
     BAD_RECEIVED_AT,
     BAD_TIMESTAMP,
@@ -226,3 +227,57 @@ def test_the_encoding_check_comes_first(spark):
     _, rejected = _parse_bytes(spark, [latin1, b"\xff{"], max_line_bytes=100)
     assert [r.reason for r in rejected.collect()] == [INVALID_ENCODING] * 2
     assert REASONS[:2] == (INVALID_ENCODING, LINE_TOO_LONG)  # the order they are reported in
+
+
+def test_spark_parse_carries_each_events_attribute_values(spark):
+    """The session attributes' values of each accepted line (transforms/attributes.py), with
+    the campaigns as structs: `campaign` null unless context.campaign is a non-empty object."""
+    page = {
+        **GOOD,
+        "messageId": "page",
+        "type": "page",
+        "properties": {"url": "https://www.Shop.example/p?utm_source=a+b&utm_medium=CPC"},
+        "context": {
+            "page": {"path": "/p", "referrer": "https://t.co/x"},
+            "campaign": {"name": "spring", "source": ""},
+            "device": {"type": "ios"},
+            "os": {"name": "iOS"},
+        },
+    }
+    bare = {**GOOD, "messageId": "bare", "properties": [1], "context": "not an object"}
+    df = spark.createDataFrame(
+        [(json.dumps(m), date(2026, 1, 5), "a.jsonl") for m in (page, bare)],
+        "raw_line string, received_date date, source_file string",
+    )
+    accepted, _ = split_batch(
+        parse_lines(df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=10_000)
+    )
+    got = {r.message_id: r.asDict(recursive=True) for r in accepted.collect()}
+    url = "https://www.Shop.example/p?utm_source=a+b&utm_medium=CPC"
+    assert {k: got["page"][k] for k in ATTRIBUTE_COLUMNS} == {
+        "page_url": url,
+        "page_path": "/p",
+        "page_referrer": "https://t.co/x",
+        "page_host": "shop.example",
+        "referrer_host": "t.co",
+        "campaign": dict.fromkeys(UTM_FIELDS) | {"utm_campaign": "spring"},
+        "url_campaign": dict.fromkeys(UTM_FIELDS) | {"utm_source": "a b", "utm_medium": "CPC"},
+        "device_type": "ios",
+        "os_name": "iOS",
+    }
+    assert {k: got["bare"][k] for k in ATTRIBUTE_COLUMNS} == dict.fromkeys(ATTRIBUTE_COLUMNS) | {
+        "url_campaign": dict.fromkeys(UTM_FIELDS)
+    }
+
+
+ATTRIBUTE_COLUMNS = (
+    "page_url",
+    "page_path",
+    "page_referrer",
+    "page_host",
+    "referrer_host",
+    "campaign",
+    "url_campaign",
+    "device_type",
+    "os_name",
+)
