@@ -86,9 +86,15 @@ def _content(lake: Path) -> dict[str, Counter]:
     for name in TABLES:
         rows = pa.table(DeltaTable(str(lake / name)).to_pyarrow_table()).to_pylist()
         tables[name] = Counter(
-            tuple(sorted((k, v) for k, v in row.items() if k not in _VOLATILE)) for row in rows
+            tuple(sorted((k, _hashable(v)) for k, v in row.items() if k not in _VOLATILE))
+            for row in rows
         )
     return tables
+
+
+def _hashable(value: object) -> object:
+    """A struct column's value (a dict) as a sorted tuple of its fields."""
+    return tuple(sorted(value.items())) if isinstance(value, dict) else value
 
 
 @pytest.fixture(scope="module")
