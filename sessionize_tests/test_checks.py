@@ -24,6 +24,11 @@ from sessionize_assets.transforms.lifecycle import STATES
 D = date(2026, 1, 5)
 
 
+# A session row's SPEC §3b attributes, which no check reads: no pages, no campaign.
+NO_ATTRIBUTES = (0, 0, *(None,) * 10, "Direct", False, None, None)
+assert len(NO_ATTRIBUTES) == len(SESSIONS.schema) - 9
+
+
 def session(spark, rows):
     data = [
         (
@@ -36,6 +41,7 @@ def session(spark, rows):
             count,
             1,
             quarantined,
+            *NO_ATTRIBUTES,
         )
         for sid, user, start, end, count, quarantined in rows
     ]
@@ -71,7 +77,7 @@ def test_overlapping_sessions_on_some_dates_include_the_day_before(spark):
     before = D - timedelta(days=1)
     evening = (
         "s0", "u", before, datetime(2026, 1, 4, 23, 0), datetime(2026, 1, 5, 0, 40),
-        6000.0, 3, 1, False,
+        6000.0, 3, 1, False, *NO_ATTRIBUTES,
     )  # fmt: skip
     sessions = session(spark, [("s1", "u", (0, 30), (1, 0), 2, False)]).unionByName(
         spark.createDataFrame([evening], SESSIONS.schema)
@@ -256,7 +262,10 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, setti
 
     def row(sid, user, day, start, hours, flagged=False):
         at = datetime(day.year, day.month, day.day, *start)
-        return (sid, user, day, at, at + timedelta(hours=hours), hours * 3600.0, 2, 1, flagged)
+        return (
+            sid, user, day, at, at + timedelta(hours=hours), hours * 3600.0, 2, 1, flagged,
+            *NO_ATTRIBUTES,
+        )  # fmt: skip
 
     def sessions(*rows):
         return spark.createDataFrame(list(rows), SESSIONS.schema)
