@@ -20,7 +20,7 @@ from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import ReplayBusyError, replay, replay_lock
 from sessionize_assets.run_health import UNFINISHED, unfinished_runs
 from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
-from sessionize_tests.test_replay import _assert_tables_equal_the_full_recompute
+from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
 
 START = date(2026, 1, 1)
 PROJECT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_a_killed_replay_leaves_a_dead_run_that_the_next_replay_fails_and_redoes
         (date(2026, 1, 2),) * 2,
     ]
     assert unfinished_runs(instance, log=lines.append) == []
-    _assert_tables_equal_the_full_recompute(settings, spark)
+    assert_tables_equal_the_full_recompute(settings, spark)
 
 
 def test_one_replay_at_a_time(tmp_path):
