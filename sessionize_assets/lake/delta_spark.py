@@ -53,11 +53,7 @@ from sessionize_assets.lake.embedded import (
 )
 from sessionize_assets.lake.log_commits import changed_partitions, check_advances, check_unchanged
 from sessionize_assets.lake.log_files import commit_of, commits, with_user_metadata
-from sessionize_assets.lake.maintenance import (
-    MAINTENANCE_METADATA,
-    STAGING_DIR,
-    remove_stale_staging,
-)
+from sessionize_assets.lake.maintenance import MAINTENANCE_METADATA, checkpoint_and_report
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
@@ -328,18 +324,13 @@ class DeltaSparkStore(EmbeddedDeltaStore):
                     compacted, written = metrics["numFilesRemoved"], metrics["numFilesAdded"]
             before = self.version(spec)
             table.vacuum(retention.total_seconds() / 3600)
-        deleted = self._vacuumed_files(spec, after=before)
-        if self.path(spec).is_local:  # an object store's staging is a local temporary folder
-            remove_stale_staging(self.path(spec).local_path() / STAGING_DIR, older_than=retention)
-        checkpointed = self._table(spec)
-        assert checkpointed is not None, spec.name
-        checkpointed.create_checkpoint()
-        return MaintenanceResult(
-            table=spec.name,
-            version=checkpointed.version(),
-            files_compacted=compacted,
-            files_written=written,
-            files_deleted=deleted,
+        return checkpoint_and_report(
+            self.path(spec),
+            spec,
+            retention=retention,
+            compacted=compacted,
+            written=written,
+            deleted=self._vacuumed_files(spec, after=before),
         )
 
     def _vacuumed_files(self, spec: TableSpec, *, after: int | None) -> int:

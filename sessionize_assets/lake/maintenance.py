@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import CommitProperties
 
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.store import MaintenanceResult, TableSpec
 
 STAGING_DIR = "_staging"  # where writers stage files before they are moved into the table
@@ -53,15 +54,39 @@ def maintain_table(path: Path, spec: TableSpec, *, retention: timedelta) -> Main
         full=True,
         commit_properties=properties,
     )
-    remove_stale_staging(path / STAGING_DIR, older_than=retention)
-    table = DeltaTable(str(path))  # vacuum commits its start and end: checkpoint after it
+    return checkpoint_and_report(
+        Location.of(path),
+        spec,
+        retention=retention,
+        compacted=compacted,
+        written=written,
+        deleted=len(deleted),
+    )
+
+
+def checkpoint_and_report(
+    root: Location,
+    spec: TableSpec,
+    *,
+    retention: timedelta,
+    compacted: int,
+    written: int,
+    deleted: int,
+) -> MaintenanceResult:
+    """The end of maintenance on either backend: the stale staging folders of a local table
+    removed (an object store's staging is a local temporary folder), a checkpoint of the
+    version compaction and vacuum left (delta-rs writes it, and it is not a commit), and what
+    was done."""
+    if root.is_local:
+        remove_stale_staging(root.local_path() / STAGING_DIR, older_than=retention)
+    table = DeltaTable(str(root))
     table.create_checkpoint()
     return MaintenanceResult(
         table=spec.name,
         version=table.version(),
         files_compacted=compacted,
         files_written=written,
-        files_deleted=len(deleted),
+        files_deleted=deleted,
     )
 
 

@@ -20,6 +20,10 @@ from pyspark.sql.types import StringType, StructField, StructType
 # The campaign fields, as `sessions` names them, and as `context.campaign` does.
 UTM_FIELDS = ("utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content")
 CAMPAIGN_KEYS = ("source", "medium", "name", "term", "content")
+# The columns of `events` that hold an event's `EventAttributes` (the campaigns as structs).
+PAGE_FIELDS = ("page_url", "page_path", "page_referrer", "page_host", "referrer_host")
+DEVICE_FIELDS = ("device_type", "os_name")
+EVENT_ATTRIBUTE_COLUMNS = (*PAGE_FIELDS, "campaign", "url_campaign", *DEVICE_FIELDS)
 # A campaign's fields in `events` (`campaign`, `url_campaign`): named as `sessions` names them.
 CAMPAIGN_TYPE = StructType([StructField(name, StringType()) for name in UTM_FIELDS])
 # `device_type` of an event with no `context.device.type` but a user agent: a browser.

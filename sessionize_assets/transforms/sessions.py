@@ -8,7 +8,12 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from sessionize_assets.transforms.attributes import UTM_FIELDS
+from sessionize_assets.transforms.attributes import (
+    DEVICE_FIELDS,
+    EVENT_ATTRIBUTE_COLUMNS,
+    PAGE_FIELDS,
+    UTM_FIELDS,
+)
 from sessionize_assets.transforms.channels import channel_column
 
 QUARANTINE_REASON = "exceeds_max_session_length"
@@ -20,15 +25,7 @@ SESSION_EVENT_COLUMNS = (
     "event_date",
     "event_type",
     "event_name",
-    "page_url",
-    "page_path",
-    "page_referrer",
-    "page_host",
-    "referrer_host",
-    "campaign",
-    "url_campaign",
-    "device_type",
-    "os_name",
+    *EVENT_ATTRIBUTE_COLUMNS,
 )
 # SPEC §3b: page views are these types; the landing and exit pages are `page` events'.
 PAGE_VIEW_TYPES = ("page", "screen")
@@ -131,7 +128,6 @@ def _attribute_aggregates(conversion_events: Collection[str]) -> list[Column]:
     included = F.col("included")
     order = F.struct("_ts", "event_id")
     page = included & (F.col("event_type") == PAGE)
-    page_fields = ("page_url", "page_path", "page_referrer", "page_host", "referrer_host")
     conversion = (F.col("event_type") == "track") & F.col("event_name").isin(
         *sorted(conversion_events)
     )
@@ -140,12 +136,12 @@ def _attribute_aggregates(conversion_events: Collection[str]) -> list[Column]:
             "page_views"
         ),
         F.count(F.when(included & conversion, 1)).alias("conversions"),
-        F.min_by(F.struct(*page_fields, "url_campaign"), F.when(page, order)).alias("_landing"),
+        F.min_by(F.struct(*PAGE_FIELDS, "url_campaign"), F.when(page, order)).alias("_landing"),
         F.max_by(F.col("page_url"), F.when(page, order)).alias("exit_page_url"),
         F.min_by(F.col("campaign"), F.when(included & F.col("campaign").isNotNull(), order)).alias(
             "_campaign"
         ),
-        F.min_by(F.struct("device_type", "os_name"), F.when(included, order)).alias("_first"),
+        F.min_by(F.struct(*DEVICE_FIELDS), F.when(included, order)).alias("_first"),
     ]
 
 

@@ -26,6 +26,8 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 
 from sessionize_assets.transforms.attributes import (
     CAMPAIGN_TYPE,
+    DEVICE_FIELDS,
+    PAGE_FIELDS,
     UTM_FIELDS,
     EventAttributes,
     event_attributes,
@@ -237,16 +239,14 @@ _PARSED_SCHEMA = StructType(
 )
 # The session attributes' values of an accepted line (`EventAttributes`), flattened: the
 # campaigns become structs in Spark (`parse_lines`).
-_PAGE_FIELDS = ("page_url", "page_path", "page_referrer", "page_host", "referrer_host")
-_DEVICE_FIELDS = ("device_type", "os_name")
 _CAMPAIGN_SET = "campaign_set"
 _ATTRIBUTE_SCHEMA = StructType(
     [
-        *(StructField(name, StringType()) for name in _PAGE_FIELDS),
+        *(StructField(name, StringType()) for name in PAGE_FIELDS),
         StructField(_CAMPAIGN_SET, BooleanType()),
         *(StructField(f"campaign_{name}", StringType()) for name in UTM_FIELDS),
         *(StructField(f"url_{name}", StringType()) for name in UTM_FIELDS),
-        *(StructField(name, StringType()) for name in _DEVICE_FIELDS),
+        *(StructField(name, StringType()) for name in DEVICE_FIELDS),
     ]
 )
 _NO_ATTRIBUTES = (None,) * len(_ATTRIBUTE_SCHEMA.fields)
@@ -258,11 +258,11 @@ def _attribute_values(attributes: EventAttributes | None) -> tuple[Any, ...]:
         return _NO_ATTRIBUTES
     a = attributes
     return (
-        *(getattr(a, name) for name in _PAGE_FIELDS),
+        *(getattr(a, name) for name in PAGE_FIELDS),
         a.campaign is not None,
         *(a.campaign or (None,) * len(UTM_FIELDS)),
         *a.url_campaign,
-        *(getattr(a, name) for name in _DEVICE_FIELDS),
+        *(getattr(a, name) for name in DEVICE_FIELDS),
     )
 
 
@@ -330,7 +330,7 @@ def parse_lines(
     others = [c for c in lines.columns if c != "raw_line"]
     fields = [
         F.col(f"_parsed.{name}").alias(name)
-        for name in (*text_names, *_PAGE_FIELDS, *_DEVICE_FIELDS)
+        for name in (*text_names, *PAGE_FIELDS, *DEVICE_FIELDS)
         if name not in ("reason", "detail")
     ]
 

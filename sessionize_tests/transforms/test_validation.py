@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from sessionize_assets.transforms.attributes import UTM_FIELDS
+from sessionize_assets.transforms.attributes import EVENT_ATTRIBUTE_COLUMNS, UTM_FIELDS
 from sessionize_assets.transforms.validation import (
     BAD_RECEIVED_AT,
     BAD_TIMESTAMP,
@@ -254,7 +254,7 @@ def test_spark_parse_carries_each_events_attribute_values(spark):
     )
     got = {r.message_id: r.asDict(recursive=True) for r in accepted.collect()}
     url = "https://www.Shop.example/p?utm_source=a+b&utm_medium=CPC"
-    assert {k: got["page"][k] for k in ATTRIBUTE_COLUMNS} == {
+    assert {k: got["page"][k] for k in EVENT_ATTRIBUTE_COLUMNS} == {
         "page_url": url,
         "page_path": "/p",
         "page_referrer": "https://t.co/x",
@@ -265,19 +265,6 @@ def test_spark_parse_carries_each_events_attribute_values(spark):
         "device_type": "ios",
         "os_name": "iOS",
     }
-    assert {k: got["bare"][k] for k in ATTRIBUTE_COLUMNS} == dict.fromkeys(ATTRIBUTE_COLUMNS) | {
-        "url_campaign": dict.fromkeys(UTM_FIELDS)
-    }
-
-
-ATTRIBUTE_COLUMNS = (
-    "page_url",
-    "page_path",
-    "page_referrer",
-    "page_host",
-    "referrer_host",
-    "campaign",
-    "url_campaign",
-    "device_type",
-    "os_name",
-)
+    assert {k: got["bare"][k] for k in EVENT_ATTRIBUTE_COLUMNS} == dict.fromkeys(
+        EVENT_ATTRIBUTE_COLUMNS
+    ) | {"url_campaign": dict.fromkeys(UTM_FIELDS)}
