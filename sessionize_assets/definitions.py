@@ -13,6 +13,7 @@ from dagster import (
 )
 
 from sessionize_assets.assets.events import build_events_asset
+from sessionize_assets.assets.identities import build_identities_asset
 from sessionize_assets.assets.ingest import build_ingest_assets
 from sessionize_assets.assets.lifecycle import build_lifecycle_assets
 from sessionize_assets.assets.sessions import build_sessions_assets
@@ -93,6 +94,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
         assets=[
             build_ingest_assets(settings=settings, partitions_def=received_days),
             build_events_asset(partitions_def=event_days),
+            build_identities_asset(),
             build_sessions_assets(
                 settings=settings,
                 partitions_def=event_days,
@@ -106,13 +108,16 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
         ],
         jobs=[
             define_asset_job(INGEST_JOB, selection=["raw_events", "rejected_events"]),
-            define_asset_job(EVENTS_JOB, selection=["events"]),
+            # The identities absorb each events run's changes in the same run.
+            define_asset_job(EVENTS_JOB, selection=["events", "user_identities"]),
             define_asset_job(SESSIONS_JOB, selection=list(SESSION_ASSETS)),
             define_asset_job(LIFECYCLE_JOB, selection=list(LIFECYCLE_ASSETS)),
             define_asset_job(CHECKS_JOB, selection=AssetSelection.checks(*checks)),
             define_asset_job(
                 REBUILD_JOB,
-                selection=AssetSelection.assets("events", *SESSION_ASSETS).without_checks(),
+                selection=AssetSelection.assets(
+                    "events", "user_identities", *SESSION_ASSETS
+                ).without_checks(),
                 description="Recompute events and sessions of the selected days from raw_events.",
                 config=REBUILD_CONFIG,
             ),

@@ -15,7 +15,12 @@ import math
 from collections.abc import Iterable
 from datetime import date, timedelta
 
-from dagster import AutomationCondition, DailyPartitionsDefinition, TimeWindowPartitionMapping
+from dagster import (
+    AssetSelection,
+    AutomationCondition,
+    DailyPartitionsDefinition,
+    TimeWindowPartitionMapping,
+)
 
 from sessionize_assets.settings import Settings
 
@@ -114,7 +119,7 @@ def contiguous_ranges(
     return ranges
 
 
-def late_data_condition() -> AutomationCondition:
+def late_data_condition(*, ignore: AssetSelection | None = None) -> AutomationCondition:
     """eager() for late data: every partition whose events changed, not only the latest one.
 
     What is left out of `eager()`, and why:
@@ -124,9 +129,14 @@ def late_data_condition() -> AutomationCondition:
     - `newly_missing`: sessions follow from events, not from the calendar. A new day's
       partition has nothing to compute until its events exist, and on a first tick (a new
       Dagster home after `sessionize replay`) every empty date would count as newly missing.
+
+    Updates of the `ignore` deps do not count.
     """
+    updated = AutomationCondition.any_deps_updated()
+    if ignore is not None:
+        updated = updated.ignore(ignore)
     return (
-        AutomationCondition.any_deps_updated().since_last_handled()
+        updated.since_last_handled()
         & ~AutomationCondition.any_deps_in_progress()
         & ~AutomationCondition.in_progress()
     ).with_label("eager for late data")

@@ -67,7 +67,7 @@ REPLAY_BATCH_TAG = "sessionize/replay_batch"
 # Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
 _MAX_AUTOMATION_ROUNDS = 5
 # The asset of each step whose materializations carry the step's `run_spark_jobs`.
-JOB_REPORTERS = ("raw_events", "events", "sessions", "user_lifecycle_state")
+JOB_REPORTERS = ("raw_events", "events", "user_identities", "sessions", "user_lifecycle_state")
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 

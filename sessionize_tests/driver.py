@@ -11,6 +11,7 @@ from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import LANDING_BATCHES, USER_LIFECYCLE_SNAPSHOT
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.pipeline.events import EventsReport, update_events
+from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
 from sessionize_assets.pipeline.ingest import ingest_batches
 from sessionize_assets.pipeline.landing import fingerprint
 from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
@@ -23,6 +24,7 @@ from sessionize_assets.settings import Settings
 class BatchRun:
     received: date
     events: EventsReport
+    identities: IdentitiesReport
     sessions: SessionsReport
     lifecycle: LifecycleReport | None
 
@@ -40,6 +42,7 @@ def process_batch(
     )
     touched = ingested.batches[received].touched_event_dates
     events = update_events(store, spark, event_dates=touched, run_id=run_id)
+    identities = update_identities(store, spark, run_id=run_id)  # in the events run
     sessions = update_sessions(
         store,
         spark,
@@ -59,7 +62,13 @@ def process_batch(
         lifecycle = update_lifecycle(
             store, spark, through=span[1], settings=settings, run_id=run_id
         )
-    return BatchRun(received=received, events=events, sessions=sessions, lifecycle=lifecycle)
+    return BatchRun(
+        received=received,
+        events=events,
+        identities=identities,
+        sessions=sessions,
+        lifecycle=lifecycle,
+    )
 
 
 def _last_date(store: DeltaStore, spec: TableSpec) -> date | None:

@@ -192,6 +192,38 @@ def reference_sessions(
     return out
 
 
+# ----------------------------------------------------------------------- reference SPEC §3c
+
+
+@dataclass(frozen=True)
+class RefIdentity:
+    user_id: str
+    identified_at: datetime
+
+
+def reference_identities(winners: dict[str, Accepted]) -> dict[str, RefIdentity]:
+    """SPEC §3c over all accepted events: each anonymousId seen with a set userId, the userId
+    of its latest such event by (event_ts, event_id), the time of its earliest."""
+    by_anonymous: dict[str, list[Accepted]] = defaultdict(list)
+    for event in winners.values():
+        anonymous_id, user_id = event.message.get("anonymousId"), event.message.get("userId")
+        if non_empty_str(anonymous_id) and non_empty_str(user_id):
+            by_anonymous[anonymous_id].append(event)
+    identities = {}
+    for anonymous_id, events in by_anonymous.items():
+        events.sort(key=lambda e: (e.ts, e.message_id))
+        identities[anonymous_id] = RefIdentity(
+            user_id=events[-1].message["userId"], identified_at=events[0].ts
+        )
+    return identities
+
+
+def stitched(user_key: str, identities: dict[str, RefIdentity]) -> str:
+    """A session's `stitched_user_id`: the user its user key maps to, else the key."""
+    found = identities.get(user_key)
+    return found.user_id if found is not None else user_key
+
+
 # ----------------------------------------------------------------------- reference SPEC §3b
 
 

@@ -24,8 +24,9 @@ from sessionize_assets.transforms.lifecycle import STATES
 D = date(2026, 1, 5)
 
 
-# A session row's SPEC §3b attributes, which no check reads: no pages, no campaign.
-NO_ATTRIBUTES = (0, 0, *(None,) * 10, "Direct", False, None, None)
+# A session row's SPEC §3b attributes and §3c stitched user, which no check reads: no pages,
+# no campaign, no stitched user.
+NO_ATTRIBUTES = (0, 0, *(None,) * 10, "Direct", False, None, None, None)
 assert len(NO_ATTRIBUTES) == len(SESSIONS.schema) - 9
 
 

@@ -68,22 +68,35 @@ CONTENTS = (
 )
 
 
+# Who sends an event (SPEC §1, §3c): signed-in users, anonymous devices, and devices that
+# sign in; d1 is shared by u1 and u2, so whichever signed in last maps it.
+SENDERS = (
+    {"userId": "u1"},
+    {"userId": "u2"},
+    {"anonymousId": "d1"},
+    {"anonymousId": "d2", "userId": ""},
+    {"userId": "u1", "anonymousId": "d1"},
+    {"userId": "u2", "anonymousId": "d1"},
+    {"userId": "u3", "anonymousId": "d2"},
+)
+
+
 @st.composite
 def landing_zones(draw: st.DrawFn) -> dict[int, list[dict]]:
-    """Batches (by day offset) of Segment lines for a few users, with retries and late copies,
-    some of them re-stamped onto another date.
+    """Batches (by day offset) of Segment lines for a few users and devices, with retries and
+    late copies, some of them re-stamped onto another date: a late sign-in, or a copy that
+    moves a device's first or latest sign-in, changes what its sessions are stitched to.
 
     Batches stay sparse (few events, lateness up to three days), so a batch often touches one
     event date and nothing else: the case where only the dependency window decides what must
     be recomputed.
     """
-    users = ["u1", "u2", "u3"]
     batches: dict[int, list[dict]] = {}
     count = draw(st.integers(min_value=1, max_value=20))
     near_midnight = st.one_of(st.integers(270, 287), st.integers(0, 15))
     index = 0
     for _ in range(count):
-        user = draw(st.sampled_from(users))
+        sender = draw(st.sampled_from(SENDERS))
         day = draw(st.integers(min_value=0, max_value=DAYS - 1))
         # Clustered times make sessions, merges, caps and midnight crossings likely; a pair
         # straddling midnight, delivered separately, exercises the previous-day dependency.
@@ -109,7 +122,7 @@ def landing_zones(draw: st.DrawFn) -> dict[int, list[dict]]:
                 batches.setdefault(batch, []).append(
                     {
                         "messageId": f"m{index}",
-                        "userId": user,
+                        **sender,
                         "timestamp": stamped.isoformat() + "Z",
                         "receivedAt": received.isoformat() + "Z",
                         **content,

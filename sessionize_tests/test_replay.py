@@ -35,6 +35,7 @@ from sessionize_assets.lake.tables import (
     SESSION_CHANGES,
     SESSION_QUARANTINE,
     SESSIONS,
+    USER_IDENTITIES,
     USER_LIFECYCLE_SNAPSHOT,
     USER_LIFECYCLE_STATE,
 )
@@ -44,8 +45,10 @@ from sessionize_assets.resources.lake import STORES
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.reference import (
     SESSION_ATTRIBUTES,
+    reference_identities,
     reference_sessions,
     reference_validate,
+    stitched,
 )
 from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
 
@@ -127,6 +130,10 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
     }
     rejected = Counter(r.reason for r in store.read(REJECTED_EVENTS).collect())
     assert rejected == ref.rejections
+    identities = reference_identities(ref.winners)
+    assert {
+        r.anonymous_id: (r.user_id, r.identified_at) for r in store.read(USER_IDENTITIES).collect()
+    } == {k: (i.user_id, i.identified_at.replace(tzinfo=None)) for k, i in identities.items()}
 
     expected = sorted(
         (
@@ -137,6 +144,7 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
             s.session_number,
             s.is_quarantined,
             *(s.attributes[name] for name in SESSION_ATTRIBUTES),
+            stitched(s.user_id, identities),
         )
         for s in reference_sessions(
             ref.winners,
@@ -154,6 +162,7 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
             r.session_number,
             r.is_quarantined,
             *(r[name] for name in SESSION_ATTRIBUTES),
+            r.stitched_user_id,
         )
         for r in store.read(SESSIONS).collect()
     )

@@ -25,6 +25,7 @@ from sessionize_assets.lake.tables import (
     SESSION_QUARANTINE,
     SESSIONS,
     SESSIONS_FILE_ROWS,
+    USER_IDENTITIES,
     USER_LIFECYCLE_SNAPSHOT,
     USER_LIFECYCLE_STATE,
 )
@@ -43,8 +44,10 @@ from sessionize_tests.driver import BatchRun, process_batch
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 from sessionize_tests.reference import (
     SESSION_ATTRIBUTES,
+    reference_identities,
     reference_sessions,
     reference_validate,
+    stitched,
 )
 
 # Minutes of batches in all: started first (conftest.py).
@@ -177,13 +180,22 @@ class Pipeline:
             for s in ref_sessions
         )
         assert self.sessions() == expected
-        # SPEC §3b: every attribute of every session.
+        # SPEC §3b and §3c: every attribute of every session, and its stitched user.
+        identities = reference_identities(ref.winners)
+        assert self.identities() == {
+            key: (found.user_id, found.identified_at.replace(tzinfo=None))
+            for key, found in identities.items()
+        }
         assert {
-            (r.user_id, r.session_start): tuple(r[name] for name in SESSION_ATTRIBUTES)
+            (r.user_id, r.session_start): (
+                *(r[name] for name in SESSION_ATTRIBUTES),
+                r.stitched_user_id,
+            )
             for r in self.store.read(SESSIONS).collect()
         } == {
-            (s.user_id, s.session_start.replace(tzinfo=None)): tuple(
-                s.attributes[name] for name in SESSION_ATTRIBUTES
+            (s.user_id, s.session_start.replace(tzinfo=None)): (
+                *(s.attributes[name] for name in SESSION_ATTRIBUTES),
+                stitched(s.user_id, identities),
             )
             for s in ref_sessions
         }
@@ -197,6 +209,22 @@ class Pipeline:
             start=self.settings.start_date,
             session_days=[(s.user_id, s.session_start.date()) for s in ref_sessions],
         )
+
+    def identities(self) -> dict[str, tuple[str, datetime]]:
+        """user_identities as anonymous_id: (user_id, identified_at)."""
+        if not self.store.exists(USER_IDENTITIES):
+            return {}
+        return {
+            r.anonymous_id: (r.user_id, r.identified_at)
+            for r in self.store.read(USER_IDENTITIES).collect()
+        }
+
+    def stitched(self) -> dict[tuple[str, str], str]:
+        """(user key, session start) -> stitched_user_id of every session."""
+        return {
+            (r.user_id, r.session_start.isoformat(sep=" ")): r.stitched_user_id
+            for r in self.store.read(SESSIONS).collect()
+        }
 
     def lifecycle(self, snapshot_date: date) -> dict[str, tuple[int, int, int]]:
         """The snapshot of one day: (users, entered, exited) for the states not all zero."""
@@ -333,6 +361,89 @@ def test_a_late_first_page_event_changes_the_landing_page_and_channel(pipeline):
         "Paid Search",
     )
     assert (after.page_views, after.exit_page_url) == (3, "https://shop.example/cart")
+    pipeline.assert_equals_full_recompute()
+
+
+def device(anonymous_id: str, **fields) -> dict:
+    """Message fields of a device's event: anonymous until `userId` is given."""
+    return {
+        "type": "track",
+        "event": "Tapped",
+        "userId": None,
+        "anonymousId": anonymous_id,
+        **fields,
+    }
+
+
+# Other visitors of each day: three sessions files a day (SESSIONS_FILE_ROWS), of which the
+# device's sessions ("d-1" sorts first) are in one.
+CROWD = 2 * SESSIONS_FILE_ROWS + 100
+
+
+def crowd(on: date) -> list[tuple]:
+    return [(f"{on}-o{n:04d}", f"o{n:04d}", f"{on} 12:00") for n in range(CROWD)]
+
+
+@ON_EACH_BACKEND
+def test_a_late_sign_in_relabels_the_device_sessions_on_every_date(pipeline):
+    """SPEC §3c: a device's sign-in that arrives days late maps its anonymous sessions on
+    three dates to the user, rewriting the one file of each date that holds them; a later
+    sign-in of another user on the same (shared) device maps them to that user."""
+    for offset in range(3):
+        on = day(offset)
+        pipeline.land(on, [(f"d{offset}", None, f"{on} 09:00", device("d-1")), *crowd(on)])
+        pipeline.process(on)
+    assert set(pipeline.stitched().values()) >= {"d-1"}
+    files = {
+        d: set(pipeline.store.live_files(SESSIONS, partitions=[d])) for d in map(day, range(3))
+    }
+    assert all(len(found) == 3 for found in files.values())
+
+    # Signed in on the second day, delivered on the sixth.
+    pipeline.land(day(5), [("s1", "alice", "2026-01-11 09:10", device("d-1", userId="alice"))])
+    run = pipeline.process(day(5))
+    assert (run.identities.ids_new, run.identities.ids_remapped) == (1, 0)
+    relabel = run.sessions.relabel
+    assert (relabel.ids_changed, relabel.rows_relabelled) == (1, 3)
+    assert relabel.by_date == {day(0): 1, day(1): 1, day(2): 1}
+    assert relabel.files_rewritten == 3  # one of each date's three
+    for d, before in files.items():
+        after = set(pipeline.store.live_files(SESSIONS, partitions=[d]))
+        assert len(before - after) == 1
+    stitched = pipeline.stitched()
+    assert [stitched[("d-1", f"{day(n)} 09:00:00")] for n in range(3)] == ["alice"] * 3
+    assert stitched[("o0001", f"{day(0)} 12:00:00")] == "o0001"
+    pipeline.assert_equals_full_recompute()
+    # No session changed: the corrections log has nothing of the relabelling.
+    assert pipeline.changes("run-4") == [("added", "2026-01-11 09:10:00", 1)]
+
+    # A later sign-in of bob on the same device, delivered on time: bob's now.
+    pipeline.land(day(6), [("s2", "bob", "2026-01-16 20:00", device("d-1", userId="bob"))])
+    run = pipeline.process(day(6))
+    assert (run.identities.ids_new, run.identities.ids_remapped) == (0, 1)
+    assert run.sessions.relabel.rows_relabelled == 3
+    assert {v for (user, _), v in pipeline.stitched().items() if user == "d-1"} == {"bob"}
+    assert pipeline.identities()["d-1"] == ("bob", datetime(2026, 1, 11, 9, 10))
+    pipeline.assert_equals_full_recompute()
+
+
+def test_a_displaced_sign_in_unmaps_the_device(pipeline):
+    """A device's only sign-in is displaced by an earlier batch's copy of its id that carries
+    no userId (SPEC §2): the device is recomputed from its events, is no longer identified,
+    and its sessions are its own again."""
+    pipeline.land(day(0), [("a", None, "2026-01-10 09:00", device("d-1"))])
+    pipeline.process(day(0))
+    pipeline.land(day(2), [("m", "alice", "2026-01-10 09:05", device("d-1", userId="alice"))])
+    pipeline.process(day(2))
+    assert pipeline.identities() == {"d-1": ("alice", datetime(2026, 1, 10, 9, 5))}
+    assert pipeline.stitched()[("d-1", "2026-01-10 09:00:00")] == "alice"
+
+    # The same id, received a day earlier (delivered late): it wins, without a userId.
+    pipeline.land(day(1), [("m", None, "2026-01-10 09:05", device("d-1"))])
+    run = pipeline.process(day(1))
+    assert (run.identities.ids_recomputed, run.identities.ids_unmapped) == (1, 1)
+    assert pipeline.identities() == {}
+    assert set(pipeline.stitched().values()) == {"d-1"}
     pipeline.assert_equals_full_recompute()
 
 

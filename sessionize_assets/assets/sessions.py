@@ -8,6 +8,7 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     AssetsDefinition,
+    AssetSelection,
     AssetSpec,
     BackfillPolicy,
     MaterializeResult,
@@ -18,9 +19,15 @@ from dagster import (
 )
 
 from sessionize_assets.assets.config import RebuildConfig
+from sessionize_assets.assets.identities import identities_materialization
 from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
 from sessionize_assets.lake.store import DeltaStore, TableSpec
-from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_QUARANTINE, SESSIONS
+from sessionize_assets.lake.tables import (
+    SESSION_CHANGES,
+    SESSION_QUARANTINE,
+    SESSIONS,
+    USER_IDENTITIES,
+)
 from sessionize_assets.partitions import late_data_condition
 from sessionize_assets.pipeline.sessions import (
     DateChanges,
@@ -52,8 +59,15 @@ def build_sessions_assets(
             description=description,
             group="sessions",
             layer="gold",
-            deps=[AssetDep("events", partition_mapping=events_mapping)],
-            automation_condition=late_data_condition(),
+            deps=[
+                AssetDep("events", partition_mapping=events_mapping),
+                # Each run applies the identities' changes to every date (stitching.py): a
+                # date is run again for its own events, not for each sign-in.
+                AssetDep(USER_IDENTITIES.name),
+            ],
+            automation_condition=late_data_condition(
+                ignore=AssetSelection.assets(USER_IDENTITIES.name)
+            ),
             # A new gap or cap shows every partition as stale; backfilling it recomputes it.
             code_version=session_definition(settings),
         )
@@ -88,6 +102,14 @@ def build_sessions_assets(
                     full_refresh=config.full_refresh,
                 )
             jobs = spark_jobs()
+            if report.identities.updated:  # the events were materialized without them
+                context.log_event(identities_materialization(store, report.identities))
+            relabel = report.relabel
+            context.log.info(
+                f"stitching: {relabel.ids_changed} anonymous ids mapped anew or remapped, "
+                f"{relabel.rows_relabelled} sessions relabelled on {len(relabel.by_date)} dates "
+                f"({relabel.files_rewritten} of {relabel.files_searched} files searched rewritten)"
+            )
             context.log.info(
                 f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
                 f"({len(report.recomputed)} recomputed for every user); the sessions of "
@@ -176,6 +198,10 @@ def _run_figures(report: SessionsReport) -> dict[str, int]:
         "rows_written": report.rows_written,
         "files_rewritten": report.files_rewritten,
         "files_before": report.files_total,
+        "ids_mapped_or_remapped": report.relabel.ids_changed,
+        "sessions_relabelled": report.relabel.rows_relabelled,
+        "dates_relabelled": len(report.relabel.by_date),
+        "files_relabelled": report.relabel.files_rewritten,
     }
 
 

@@ -29,6 +29,38 @@ _TRACK_EVENTS = (
     "Signed In",
 )
 
+SITE = "https://shop.example.com"
+# How a web visit arrives (its landing page): (weight, referrer, the landing URL's query). Every
+# channel of SPEC §3b, with the query strings analysts meet: `+` and `%xx` encodings, a repeated
+# parameter (the first counts), an empty value, and an internal referrer (the site's own host,
+# `www.` and upper case included), which counts as none.
+_ARRIVALS: tuple[tuple[int, str, str], ...] = (
+    (30, "", ""),
+    (18, "https://www.google.com/", ""),
+    (3, "https://duckduckgo.com/", ""),
+    (7, "https://t.co/x", ""),
+    (3, "https://m.facebook.com/", ""),
+    (5, "https://blog.example.org/best-shoes-2026", ""),
+    (6, "https://WWW.Shop.Example.com/cart", ""),
+    (8, "https://www.google.com/", "?utm_source=google&utm_medium=cpc&utm_campaign=winter+sale"),
+    (
+        4,
+        "https://m.facebook.com/",
+        "?utm_source=facebook&utm_medium=paid_social&utm_campaign=caf%C3%A9%20cr%C3%A8me",
+    ),
+    (5, "", "?utm_source=newsletter&utm_medium=email&utm_campaign=weekly&utm_content=hero"),
+    (2, "https://partner.example.net/", "?utm_source=partner&utm_medium=affiliate&utm_medium=cpm"),
+    (2, "", "?utm_source=spring&utm_campaign=spring+drop&utm_term="),
+)
+_ARRIVAL_WEIGHTS = tuple(weight for weight, _, _ in _ARRIVALS)
+# Mobile installs and re-engagements attributed by the app's SDK: `context.campaign`.
+APP_CAMPAIGN_SHARE = 0.15
+_APP_CAMPAIGNS = (
+    {"source": "facebook", "medium": "paid_social", "name": "app install"},
+    {"source": "google", "medium": "cpc", "name": "brand", "term": "shoply"},
+    {"source": "newsletter", "medium": "email", "name": "weekly", "content": "push"},
+)
+
 # A message rendered around its delivery stamps: (head up to `timestamp`, tail from the body on).
 Payload = tuple[str, str]
 
@@ -53,7 +85,23 @@ def message_payload(
             "plan": rng.choice(("free", "plus", "pro")),
         }
         return head, f',"traits":{dumps(traits)}{user.suffix}'
-    return head, f',"properties":{dumps(_properties(rng, mtype, name or ""))}{user.suffix}'
+    suffix = user.suffix
+    if kind == "open" and mtype == "page":
+        properties = _landing_page(rng)
+    else:
+        properties = _properties(rng, mtype, name or "")
+        mobile = user.platform in ("ios", "android")
+        if kind == "open" and mobile and rng.random() < APP_CAMPAIGN_SHARE:
+            campaign = dumps(rng.choice(_APP_CAMPAIGNS))
+            suffix = suffix.replace('"context":{', f'"context":{{"campaign":{campaign},', 1)
+    return head, f',"properties":{dumps(properties)}{suffix}'
+
+
+def _landing_page(rng: random.Random) -> dict[str, Any]:
+    """The page a web visit starts on, with where it came from (`_ARRIVALS`)."""
+    _, referrer, query = rng.choices(_ARRIVALS, _ARRIVAL_WEIGHTS)[0]
+    path = rng.choice(("/", "/sale", f"/product/{rng.randint(1, 500)}"))
+    return {"path": path, "url": f"{SITE}{path}{query}", "title": "Shoply", "referrer": referrer}
 
 
 def delivery_line(message: Payload, ts: int, received: int, latency: int) -> str:
@@ -93,11 +141,12 @@ def _type_fields(mtype: str, name: str | None) -> str:
 def _properties(rng: random.Random, mtype: str, name: str) -> dict[str, Any]:
     if mtype == "page":
         path = "/" if name == "Home" else f"/{name.lower()}/{rng.randint(1, 500)}"
+        # A page within a visit: the site's own previous page refers to it.
         return {
             "path": path,
-            "url": f"https://shop.example.com{path}",
+            "url": f"{SITE}{path}",
             "title": f"{name} | Shoply",
-            "referrer": rng.choice(("", "https://www.google.com/", "https://t.co/x")),
+            "referrer": f"{SITE}/",
         }
     if mtype == "screen":
         return {"name": name}

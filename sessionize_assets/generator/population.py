@@ -14,6 +14,11 @@ from typing import Any
 
 from sessionize_assets.generator.formats import dumps
 
+# Devices shared by two people who sign in on it (a family tablet): this share of the users
+# who sign in use an earlier such user's device (its anonymousId), so the device maps to
+# whichever of them signed in last (SPEC §3c).
+SHARED_DEVICE_SHARE = 0.03
+
 # Users arrive over time: 40% are there on the first day, the rest come later at this mean.
 ARRIVAL_MEAN_DAYS = 30.0
 
@@ -80,7 +85,27 @@ def make_users(seed: int, users: int, bot_share: float) -> list[User]:
     if bot_share > 0 and users >= 20:
         n_bots = max(1, n_bots)
     bot_slots = set(rng.sample(range(users), n_bots)) if n_bots else set()
-    return [_make_user(rng, index, index in bot_slots) for index in range(users)]
+    made = [_make_user(rng, index, index in bot_slots) for index in range(users)]
+    _share_devices(made, random.Random(f"sessionize:{seed}:shared-devices"))
+    return made
+
+
+def _share_devices(users: list[User], rng: random.Random) -> None:
+    """Give `SHARED_DEVICE_SHARE` of the users who sign in on a device an earlier one's
+    device. Drawn apart from the other traits, which stay what the seed made them."""
+    signing_in = [
+        user
+        for user in users
+        if not user.is_bot and user.anonymous_id is not None and user.identity != "anonymous"
+    ]
+    for at, user in enumerate(signing_in[1:], start=1):
+        if rng.random() < SHARED_DEVICE_SHARE:
+            owner = signing_in[rng.randrange(at)]
+            user.anonymous_id = owner.anonymous_id
+            user.identity_fields = (
+                _identity_fields(None, user.anon_user_field, owner.anonymous_id),
+                _identity_fields(user.user_id, user.anon_user_field, owner.anonymous_id),
+            )
 
 
 def _make_user(rng: random.Random, index: int, is_bot: bool) -> User:

@@ -252,6 +252,32 @@ SESSIONS = TableSpec(
         ("is_engaged", BooleanType(), True, ">= 10 s, or >= 2 page views, or a conversion"),
         ("device_type", StringType(), True, "the first event's device type, else web"),
         ("os_name", StringType(), True, "the first event's operating system"),
+        # SPEC §3c: user_identities' user_id for this user key, else the user key itself.
+        ("stitched_user_id", StringType(), True, "the signed-in user this user key maps to"),
+    ),
+)
+
+# Rows per user_identities file: the unit a changed mapping's copy-on-write rewrites.
+IDENTITIES_FILE_ROWS = 5_000
+
+# SPEC §3c. Partitioned by the day an id was first identified: new sign-ins land in recent
+# partitions. The first and latest identified events (by event_ts, event_id) are kept so that
+# new events merge into a row exactly, and a removed event is known to matter only when it
+# was one of those two (pipeline/identities.py).
+USER_IDENTITIES = TableSpec(
+    name="user_identities",
+    partition_by="identified_date",
+    sort_by=("anonymous_id",),
+    file_rows=IDENTITIES_FILE_ROWS,
+    description="Which signed-in user each anonymous id belongs to (identity stitching).",
+    schema=_fields(
+        ("anonymous_id", StringType(), False, "an anonymousId seen with a userId"),
+        ("user_id", StringType(), False, "userId of its latest event with one"),
+        ("identified_at", TimestampType(), False, "event_ts of its first event with a userId"),
+        ("identified_date", DateType(), False, "UTC date of identified_at"),
+        ("first_event_id", StringType(), False, "that first event"),
+        ("latest_at", TimestampType(), False, "event_ts of the latest event with a userId"),
+        ("latest_event_id", StringType(), False, "that latest event"),
     ),
 )
 
@@ -324,6 +350,7 @@ ALL_TABLES = (
     LANDING_BATCHES,
     EVENTS_MANIFEST,
     EVENTS,
+    USER_IDENTITIES,
     SESSIONS_MANIFEST,
     SESSIONS,
     SESSION_QUARANTINE,

@@ -7,15 +7,21 @@ two commits leaves a sessions version above that, and the next sessions run logs
 from the Delta log of `sessions` (the rows the commit removed against the rows it added:
 versions against versions). Comparing rows could not find that change again, since the
 sessions table already holds it.
+
+The log records sessions: what identity stitching relabels (`stitched_user_id`, see
+pipeline/stitching.py) is not a change of a session, so a relabelling commit is only marked
+as logged (`mark_logged`), and recovering a version compares rows without that column.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import AppTransaction, CommitInfo, DeltaStore, LakeError
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
@@ -23,17 +29,21 @@ from sessionize_assets.pipeline.versions import signed_rows
 
 SESSIONS_LOGGED = "sessionize.session_changes.sessions_version"
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
+# What a session is, for the log: every column but the label stitching gives it.
+_LOGGED_COLUMNS = tuple(name for name in SESSIONS.schema.fieldNames() if name != "stitched_user_id")
 
 
-def diff_sessions(old: DataFrame, new: DataFrame) -> DataFrame:
+def diff_sessions(
+    old: DataFrame, new: DataFrame, *, columns: Sequence[str] = tuple(SESSIONS.schema.fieldNames())
+) -> DataFrame:
     """Old rows that are gone or changed (`removed`), new rows that are new or changed.
 
     Rows are matched by session_id (unique: a hash of the user and the session's start) in
     one join, and a pair that differs in any column yields both sides. An old session_id held
     twice (writers that raced without a conflict check) differs too: rewriting its pair leaves
-    one row.
+    one row. Only `columns` are compared and returned.
     """
-    columns = SESSIONS.schema.fieldNames()
+    columns = list(columns)
     held = old.groupBy("session_id").agg(
         F.min(F.struct(*columns)).alias("_old"), F.count(F.lit(1)).alias("_copies")
     )
@@ -110,6 +120,21 @@ def _log_changes(
     )
 
 
+def mark_logged(store: DeltaStore, *, sessions_version: int, tags: Mapping[str, str]) -> None:
+    """Mark the sessions commit `sessions_version`, which changed no session, as logged (no
+    rows). When the log does not hold the version before, the next sessions run logs the
+    versions in between from the Delta log (`log_unlogged_versions`), this one with them."""
+    read = store.read_version(SESSION_CHANGES)
+    if _logged_through(store) == sessions_version - 1:
+        store.rewrite_arrow(
+            SESSION_CHANGES,
+            add=pa.Table.from_pylist([], schema=to_arrow_schema(SESSION_CHANGES.schema)),
+            commit_metadata=tags,
+            app_transaction=AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version),
+            read_version=read,
+        )
+
+
 def log_unlogged_versions(
     store: DeltaStore, spark: SparkSession, *, run_id: str, tags: Mapping[str, str]
 ) -> list[int]:
@@ -127,10 +152,11 @@ def log_unlogged_versions(
                 f"sessions version {version} is not in the corrections log, and its Delta log "
                 "or files are gone: rebuild the sessions (rebuild_job) to carry on"
             )
-        columns = SESSIONS.schema.fieldNames()
+        columns = _LOGGED_COLUMNS
         diff = diff_sessions(
             rows.where(F.col("sign") < 0).select(*columns),
             rows.where(F.col("sign") > 0).select(*columns),
+            columns=columns,
         )
         changed = diff.limit(1).count() > 0
         if changed:

@@ -8,6 +8,11 @@ events in the pairs' windows. Only pairs whose rows really differ are written: t
 holding their old rows are rewritten (files are user ranges within a date), their new rows
 added, and both sides go to the corrections log, all without touching other users.
 
+Each session carries `stitched_user_id` (SPEC §3c): the run first brings `user_identities` up
+to date (a no-op when the events run did) and relabels the sessions, on any date, of the
+anonymous ids whose mapping changed (pipeline/stitching.py); what it recomputes is stitched
+with the identities as they are.
+
 A partition never computed, computed with another gap or cap, or asked for with
 `full_refresh` is recomputed whole (every user); so is one whose `events` history is gone.
 Its old rows are all compared, so there too only the pairs whose rows differ are rewritten.
@@ -30,6 +35,7 @@ from sessionize_assets.lake.tables import (
     SESSION_QUARANTINE,
     SESSIONS,
     SESSIONS_MANIFEST,
+    USER_IDENTITIES,
 )
 from sessionize_assets.partitions import (
     event_window,
@@ -41,6 +47,7 @@ from sessionize_assets.pipeline.corrections import (
     log_commit,
     log_unlogged_versions,
 )
+from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
 from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
     PUSHED_KEYS_TOTAL,
@@ -53,7 +60,9 @@ from sessionize_assets.pipeline.manifests import (
     record_sessions_progress,
     sessions_progress,
 )
+from sessionize_assets.pipeline.stitching import RelabelReport, relabel_sessions
 from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.identities import stitch
 from sessionize_assets.transforms.sessions import SESSION_EVENT_COLUMNS, build_sessions
 
 PAIR = ("user_id", "session_date")
@@ -88,6 +97,8 @@ class SessionsReport:
     sessions_version: int | None = None
     # Sessions versions a killed run committed but did not log, logged by this run.
     versions_logged_late: list[int] = field(default_factory=list)
+    identities: IdentitiesReport = field(default_factory=IdentitiesReport)
+    relabel: RelabelReport = field(default_factory=RelabelReport)
 
     @property
     def inserted(self) -> int:
@@ -117,6 +128,8 @@ def update_sessions(
     tags = {"dagster_run_id": run_id, "table": SESSIONS.name}
     # First the sessions commits a killed run left out of the corrections log.
     report.versions_logged_late = log_unlogged_versions(store, spark, run_id=run_id, tags=tags)
+    report.identities = update_identities(store, spark, run_id=run_id)
+    report.relabel = relabel_sessions(store, spark, tags=tags)
     # What this run reads: its commits are made against these versions (WriteConflictError).
     read_at = {
         spec: store.read_version(spec) for spec in (SESSIONS, SESSION_QUARANTINE, SESSIONS_MANIFEST)
@@ -189,7 +202,8 @@ def update_sessions(
         conversion_events=settings.conversion_events,
         session_dates=computed,
     )
-    sessions = scope.within(sessions).persist(StorageLevel.MEMORY_AND_DISK)
+    identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
+    sessions = stitch(scope.within(sessions), identities).persist(StorageLevel.MEMORY_AND_DISK)
     # The sessions files that can hold the recomputed pairs' old rows, from the log's per-file
     # user ranges: a few files of each old date instead of all of them.
     files = (

@@ -1,0 +1,101 @@
+"""events -> `user_identities` (SPEC §3c): which signed-in user each anonymous id belongs to."""
+
+from typing import Any
+
+from dagster import (
+    AllPartitionMapping,
+    AssetDep,
+    AssetExecutionContext,
+    AssetMaterialization,
+    AssetsDefinition,
+    DataVersion,
+    MaterializeResult,
+    MetadataValue,
+    multi_asset,
+)
+
+from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import USER_IDENTITIES
+from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import counting_jobs
+
+# Every sessions date reads the one identities table, and every sessions run applies its
+# changes to every date (pipeline/stitching.py). A data version that changed with each
+# sign-in would show every sessions partition out of sync after each batch, although the
+# batch's own sessions run relabels them all: the identities' version stays this one, and a
+# sessions date is shown stale for what its own events window holds.
+DATA_VERSION_TAG = "dagster/data_version"
+IDENTITIES_DATA_VERSION = DataVersion("applied to every sessions date by each sessions run")
+
+
+def build_identities_asset() -> AssetsDefinition:
+    @multi_asset(
+        name="identities",
+        pool=LAKE_POOL,
+        specs=[
+            lake_asset_spec(
+                USER_IDENTITIES,
+                description="Which signed-in user each anonymous id belongs to: the userId of "
+                "its latest event that has one (identity stitching).",
+                group="sessions",
+                layer="silver",
+                deps=[AssetDep("events", partition_mapping=AllPartitionMapping())],
+            )
+        ],
+    )
+    def identities(context: AssetExecutionContext, lake: LakeResource):
+        """Absorb the events that changed since the last run into `user_identities`."""
+        with lake.writer(context, step="identities"):
+            store = lake.store()
+            spark = lake.spark.session()
+            with counting_jobs(spark, "identities") as spark_jobs:
+                report = update_identities(store, spark, run_id=context.run.run_id)
+            context.log.info(
+                f"user_identities: {report.ids_new} ids newly mapped, {report.ids_remapped} "
+                f"remapped, {report.ids_unmapped} unmapped, from {report.events_read} "
+                "identifying events of the changed events files"
+            )
+            yield MaterializeResult(
+                asset_key=USER_IDENTITIES.name,
+                metadata=identities_metadata(store, report, spark_jobs=spark_jobs()),
+                data_version=IDENTITIES_DATA_VERSION,
+            )
+
+    return identities
+
+
+def identities_metadata(
+    store: DeltaStore, report: IdentitiesReport, *, spark_jobs: int
+) -> dict[str, Any]:
+    """What a run did to `user_identities`, and what the table holds now."""
+    rows = sum(store.row_counts(USER_IDENTITIES).values())
+    return {
+        "dagster/row_count": rows,
+        "dagster/uri": MetadataValue.path(store.uri(USER_IDENTITIES)),
+        "ids_newly_mapped": report.ids_new,
+        "ids_remapped": report.ids_remapped,
+        "ids_unmapped": report.ids_unmapped,
+        "ids_recomputed": report.ids_recomputed,
+        "identifying_events_read": report.events_read,
+        "rebuilt": report.rebuilt,
+        "events_version_absorbed": -1 if report.events_version is None else report.events_version,
+        "delta_version": -1 if report.identities_version is None else report.identities_version,
+        "run_spark_jobs": spark_jobs,
+    }
+
+
+def identities_materialization(store: DeltaStore, report: IdentitiesReport) -> AssetMaterialization:
+    """The materialization a sessions run logs when it brought the identities up to date
+    itself (the events were materialized without them)."""
+    return AssetMaterialization(
+        asset_key=USER_IDENTITIES.name,
+        # The data version every materialization of the asset reports (public run tag).
+        tags={DATA_VERSION_TAG: IDENTITIES_DATA_VERSION.value},
+        metadata={
+            key: value
+            for key, value in identities_metadata(store, report, spark_jobs=0).items()
+            if key != "run_spark_jobs"
+        },
+    )
