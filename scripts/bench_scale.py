@@ -385,13 +385,22 @@ def report(
     print("(c2) Spark jobs the batch's runs started, per step (each action is one)")
     print(
         _table(
-            ["backend:shape", "history", "ingest", "events", "sessions", "snapshot", "i+e+s"],
+            [
+                "backend:shape",
+                "history",
+                "ingest",
+                "events",
+                "identities",
+                "sessions",
+                "snapshot",
+                "i+e+id+s",
+            ],
             [
                 [
                     f.shape,
                     str(f.history),
                     *(str(f.value(asset, "run_spark_jobs")) for asset in JOB_REPORTERS),
-                    str(sum(f.value(asset, "run_spark_jobs") for asset in JOB_REPORTERS[:3])),
+                    str(sum(f.value(asset, "run_spark_jobs") for asset in JOB_REPORTERS[:-1])),
                 ]
                 for f in figures
             ],

@@ -33,6 +33,7 @@ from sessionize_assets.partitions import session_dates_for
 from sessionize_assets.pipeline import keyed_reads
 from sessionize_assets.pipeline import sessions as sessions_pipeline
 from sessionize_assets.pipeline.events import update_events
+from sessionize_assets.pipeline.identities import update_identities
 from sessionize_assets.pipeline.ingest import ingest_batches
 from sessionize_assets.pipeline.landing import fingerprint
 from sessionize_assets.pipeline.lifecycle import update_lifecycle
@@ -840,6 +841,7 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
             run_id="ingest",
         )
     update_events(p.store, spark, event_dates=[day(0), day(1)], run_id="events")
+    update_identities(p.store, spark, run_id="events")  # as the events run does
     both_read = threading.Barrier(2, timeout=120)
 
     class ReadTogether(EmbeddedDeltaStore):

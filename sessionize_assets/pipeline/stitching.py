@@ -33,6 +33,9 @@ from sessionize_assets.pipeline.corrections import mark_logged
 from sessionize_assets.pipeline.identities import net_files
 
 IDENTITIES_APPLIED = "sessionize.sessions.identities_version"
+# Commit metadata of a relabel's two commits (sessions, and the corrections log's mark): driver
+# writes, committed by delta-rs on either backend.
+RELABEL_COMMIT = {"sessionize_step": "relabel stitched_user_id"}
 
 
 @dataclass(kw_only=True)
@@ -85,12 +88,12 @@ def relabel_sessions(
         add=new,
         drop=old.select(["session_date", "session_id"]),  # a session's row (no null column)
         files=files,
-        commit_metadata={**tags, "sessionize_step": "relabel stitched_user_id"},
+        commit_metadata={**tags, **RELABEL_COMMIT},
         app_transaction=AppTransaction(app_id=IDENTITIES_APPLIED, version=version),
         read_version=store.read_version(SESSIONS),
     )
     if commit.version is not None:
-        mark_logged(store, sessions_version=commit.version, tags=tags)
+        mark_logged(store, sessions_version=commit.version, tags={**tags, **RELABEL_COMMIT})
     report.identities_version = version
     report.rows_relabelled = old.num_rows
     report.files_rewritten = commit.files_removed
