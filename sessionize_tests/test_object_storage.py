@@ -22,8 +22,8 @@ from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings
 from sessionize_tests.s3_server import s3_server, spark_credentials
 from sessionize_tests.test_replay import (
     SPARK_WRITTEN,
-    is_relabel,
     assert_tables_equal_the_full_recompute,
+    is_relabel,
 )
 
 # A replay over the network: minutes.
