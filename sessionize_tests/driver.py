@@ -42,7 +42,7 @@ def process_batch(
     )
     touched = ingested.batches[received].touched_event_dates
     events = update_events(store, spark, event_dates=touched, run_id=run_id)
-    identities = update_identities(store, spark, run_id=run_id)  # in the events run
+    identities = update_identities(store, run_id=run_id)  # in the events run
     sessions = update_sessions(
         store,
         spark,

@@ -841,7 +841,7 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
             run_id="ingest",
         )
     update_events(p.store, spark, event_dates=[day(0), day(1)], run_id="events")
-    update_identities(p.store, spark, run_id="events")  # as the events run does
+    update_identities(p.store, run_id="events")  # as the events run does
     both_read = threading.Barrier(2, timeout=120)
 
     class ReadTogether(EmbeddedDeltaStore):

@@ -51,7 +51,7 @@ def build_identities_asset() -> AssetsDefinition:
             store = lake.store()
             spark = lake.spark.session()
             with counting_jobs(spark, "identities") as spark_jobs:
-                report = update_identities(store, spark, run_id=context.run.run_id)
+                report = update_identities(store, run_id=context.run.run_id)
             context.log.info(
                 f"user_identities: {report.ids_new} ids newly mapped, {report.ids_remapped} "
                 f"remapped, {report.ids_unmapped} unmapped, from {report.events_read} "

@@ -21,7 +21,6 @@ from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -55,7 +54,7 @@ class IdentitiesReport:
         return self.ids_new + self.ids_remapped + self.ids_unmapped
 
 
-def update_identities(store: DeltaStore, spark: SparkSession, *, run_id: str) -> IdentitiesReport:
+def update_identities(store: DeltaStore, *, run_id: str) -> IdentitiesReport:
     """Bring `user_identities` up to date with `events`; a no-op (no Spark job, nothing
     committed) when it has absorbed the current version."""
     report = IdentitiesReport()
@@ -80,15 +79,15 @@ def update_identities(store: DeltaStore, spark: SparkSession, *, run_id: str) ->
         else store.changes(EVENTS, since_version=absorbed, through_version=events_version)
     )
     if changes is None:
-        _rebuild(store, spark, report, write)
+        _rebuild(store, report, write)
     else:
-        _merge(store, spark, report, write, changes)
+        _merge(store, report, write, changes)
     report.updated = True
     report.identities_version = store.version(USER_IDENTITIES)
     return report
 
 
-def _rebuild(store: DeltaStore, spark: SparkSession, report: IdentitiesReport, write: dict) -> None:
+def _rebuild(store: DeltaStore, report: IdentitiesReport, write: dict) -> None:
     """Every row from every event, in one write; old rows, if any, compared in one job."""
     new = identities_from_events(store.read(EVENTS).select(*IDENTITY_EVENT_COLUMNS)).persist()
     try:
@@ -114,7 +113,6 @@ def _rebuild(store: DeltaStore, spark: SparkSession, report: IdentitiesReport, w
 
 def _merge(
     store: DeltaStore,
-    spark: SparkSession,
     report: IdentitiesReport,
     write: dict,
     changes: Sequence[FileChange],

@@ -128,8 +128,8 @@ def update_sessions(
     tags = {"dagster_run_id": run_id, "table": SESSIONS.name}
     # First the sessions commits a killed run left out of the corrections log.
     report.versions_logged_late = log_unlogged_versions(store, spark, run_id=run_id, tags=tags)
-    report.identities = update_identities(store, spark, run_id=run_id)
-    report.relabel = relabel_sessions(store, spark, tags=tags)
+    report.identities = update_identities(store, run_id=run_id)
+    report.relabel = relabel_sessions(store, tags=tags)
     # What this run reads: its commits are made against these versions (WriteConflictError).
     read_at = {
         spec: store.read_version(spec) for spec in (SESSIONS, SESSION_QUARANTINE, SESSIONS_MANIFEST)

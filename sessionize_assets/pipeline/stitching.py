@@ -24,7 +24,6 @@ from datetime import date
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import AppTransaction, DeltaStore
@@ -48,9 +47,7 @@ class RelabelReport:
     by_date: dict[date, int] = field(default_factory=dict)  # rows relabelled per session date
 
 
-def relabel_sessions(
-    store: DeltaStore, spark: SparkSession, *, tags: Mapping[str, str]
-) -> RelabelReport:
+def relabel_sessions(store: DeltaStore, *, tags: Mapping[str, str]) -> RelabelReport:
     """Give every session of an anonymous id whose mapping changed its new stitched id."""
     report = RelabelReport()
     version = store.version(USER_IDENTITIES)
@@ -60,7 +57,7 @@ def relabel_sessions(
         return report
     if not store.exists(SESSIONS):
         return report  # the first sessions run stitches what it builds; nothing to relabel
-    mapping = _changed_mapping(store, spark, since=applied, through=version)
+    mapping = _changed_mapping(store, since=applied, through=version)
     report.ids_changed = len(mapping)
     ids = sorted(mapping)
     dates = store.row_counts(SESSIONS)
@@ -103,7 +100,7 @@ def relabel_sessions(
 
 
 def _changed_mapping(
-    store: DeltaStore, spark: SparkSession, *, since: int | None, through: int
+    store: DeltaStore, *, since: int | None, through: int
 ) -> dict[str, str | None]:
     """The anonymous ids whose (anonymous_id, user_id) changed after `since` through
     `through`, with their user now (None: no longer mapped).
