@@ -59,16 +59,17 @@ def build_identities_asset() -> AssetsDefinition:
             )
             yield MaterializeResult(
                 asset_key=USER_IDENTITIES.name,
-                metadata=identities_metadata(store, report, spark_jobs=spark_jobs()),
+                metadata={
+                    **identities_metadata(store, report),
+                    "run_spark_jobs": spark_jobs(),
+                },
                 data_version=IDENTITIES_DATA_VERSION,
             )
 
     return identities
 
 
-def identities_metadata(
-    store: DeltaStore, report: IdentitiesReport, *, spark_jobs: int
-) -> dict[str, Any]:
+def identities_metadata(store: DeltaStore, report: IdentitiesReport) -> dict[str, Any]:
     """What a run did to `user_identities`, and what the table holds now."""
     rows = sum(store.row_counts(USER_IDENTITIES).values())
     return {
@@ -82,7 +83,6 @@ def identities_metadata(
         "rebuilt": report.rebuilt,
         "events_version_absorbed": -1 if report.events_version is None else report.events_version,
         "delta_version": -1 if report.identities_version is None else report.identities_version,
-        "run_spark_jobs": spark_jobs,
     }
 
 
@@ -93,9 +93,5 @@ def identities_materialization(store: DeltaStore, report: IdentitiesReport) -> A
         asset_key=USER_IDENTITIES.name,
         # The data version every materialization of the asset reports (public run tag).
         tags={DATA_VERSION_TAG: IDENTITIES_DATA_VERSION.value},
-        metadata={
-            key: value
-            for key, value in identities_metadata(store, report, spark_jobs=0).items()
-            if key != "run_spark_jobs"
-        },
+        metadata=identities_metadata(store, report),
     )

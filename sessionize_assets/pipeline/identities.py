@@ -15,7 +15,7 @@ the table from every event with Spark.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.store import AppTransaction, DeltaStore, FileChange
+from sessionize_assets.lake.store import AppTransaction, DeltaStore, FileChange, TableSpec
 from sessionize_assets.lake.tables import EVENTS, USER_IDENTITIES
 from sessionize_assets.transforms.identities import (
     IDENTITY_EVENT_COLUMNS,
@@ -117,13 +117,11 @@ def _merge(
     write: dict,
     changes: Sequence[FileChange],
 ) -> None:
-    added, removed = net_files(changes)
-    arriving, leaving = _identifying(store, added), _identifying(store, removed)
-    report.events_read = arriving.num_rows + leaving.num_rows
-    keys = list(IDENTITY_EVENT_COLUMNS)
-    # A row in both is an event its file's rewrite kept: only the differences are changes.
-    fresh = arriving.join(leaving, keys=keys, join_type="left anti")
-    gone = leaving.join(arriving, keys=keys, join_type="left anti")
+    identifying = changed_rows(
+        store, EVENTS, changes, columns=IDENTITY_EVENT_COLUMNS, where=_identifying
+    )
+    report.events_read = identifying.read
+    fresh, gone = identifying.added, identifying.removed
     ids = sorted(set(fresh[_KEY].to_pylist()) | set(gone[_KEY].to_pylist()))
     stored, files = stored_identities(store, ids)
     old = {row[_KEY]: row for row in stored.to_pylist()}
@@ -162,6 +160,39 @@ def _merge(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChangedRows:
+    """What commits changed in a table, row by row."""
+
+    added: pa.Table  # rows of the files they added that no file they removed held
+    removed: pa.Table  # rows of the files they removed that no file they added holds
+    read: int  # rows read on both sides
+
+
+def changed_rows(
+    store: DeltaStore,
+    spec: TableSpec,
+    changes: Iterable[FileChange],
+    *,
+    columns: Sequence[str],
+    where: Callable[[pa.Table], pa.ChunkedArray] | None = None,
+) -> ChangedRows:
+    """`columns` of the rows `changes` added and removed (those `where` keeps), read on the
+    driver. A file's rewrite keeps most of its rows: they are on both sides, and cancel."""
+    added, removed = net_files(changes)
+    sides = []
+    for paths in (added, removed):
+        rows = store.read_files_arrow(spec, paths, columns=columns)
+        sides.append(rows if where is None else rows.filter(where(rows)))
+    arriving, leaving = sides
+    keys = list(columns)
+    return ChangedRows(
+        added=arriving.join(leaving, keys=keys, join_type="left anti"),
+        removed=leaving.join(arriving, keys=keys, join_type="left anti"),
+        read=arriving.num_rows + leaving.num_rows,
+    )
+
+
 def net_files(changes: Iterable[FileChange]) -> tuple[list[str], list[str]]:
     """The files live at the end of `changes` but not before (added), and those live before
     but not at the end (removed); a file both added and removed within them is neither."""
@@ -191,9 +222,9 @@ def stored_identities(store: DeltaStore, ids: Sequence[str]) -> tuple[pa.Table, 
     return rows.filter(pc.is_in(rows[_KEY], pa.array(wanted, pa.string()))), files
 
 
-def _identifying(store: DeltaStore, paths: list[str]) -> pa.Table:
-    rows = store.read_files_arrow(EVENTS, paths, columns=IDENTITY_EVENT_COLUMNS)
-    return rows.filter(pc.and_(pc.is_valid(rows[_KEY]), pc.is_valid(rows["segment_user_id"])))
+def _identifying(events: pa.Table) -> pa.ChunkedArray:
+    """Which events identify an anonymous id: both ids set."""
+    return pc.and_(pc.is_valid(events[_KEY]), pc.is_valid(events["segment_user_id"]))
 
 
 def _order(event: dict) -> tuple[datetime, str]:

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import AppTransaction, DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_IDENTITIES
 from sessionize_assets.pipeline.corrections import mark_logged
-from sessionize_assets.pipeline.identities import net_files
+from sessionize_assets.pipeline.identities import changed_rows
 
 IDENTITIES_APPLIED = "sessionize.sessions.identities_version"
 # Commit metadata of a relabel's two commits (sessions, and the corrections log's mark): driver
@@ -69,16 +69,13 @@ def relabel_sessions(store: DeltaStore, *, tags: Mapping[str, str]) -> RelabelRe
     report.files_searched = len(files)
     held = store.read_files_arrow(SESSIONS, files, columns=SESSIONS.schema.fieldNames())
     held = held.filter(pc.is_in(held["user_id"], pa.array(ids, pa.string())))
-    users = held["user_id"].to_pylist()
-    stitched = [mapping[user] or user for user in users]
-    differs = pc.invert(
-        pc.fill_null(pc.equal(held["stitched_user_id"], pa.array(stitched, pa.string())), False)
+    stitched = pa.array(
+        [mapping[user] or user for user in held["user_id"].to_pylist()], pa.string()
     )
+    differs = pc.invert(pc.fill_null(pc.equal(held["stitched_user_id"], stitched), False))
     old = held.filter(differs)
     new = old.set_column(
-        old.schema.get_field_index("stitched_user_id"),
-        "stitched_user_id",
-        pa.array([s for s, d in zip(stitched, differs.to_pylist(), strict=True) if d], pa.string()),
+        old.schema.get_field_index("stitched_user_id"), "stitched_user_id", stitched.filter(differs)
     )
     commit = store.rewrite_arrow(
         SESSIONS,
@@ -126,11 +123,7 @@ def _changed_mapping(
         mapping: dict[str, str | None] = dict.fromkeys(labelled["user_id"].to_pylist())
         mapping.update(zip(*(now[c].to_pylist() for c in columns), strict=True))
         return mapping
-    added, removed = net_files(changes)
-    arriving = store.read_files_arrow(USER_IDENTITIES, added, columns=columns)
-    leaving = store.read_files_arrow(USER_IDENTITIES, removed, columns=columns)
-    new = arriving.join(leaving, keys=columns, join_type="left anti")
-    old = leaving.join(arriving, keys=columns, join_type="left anti")
-    mapping = dict.fromkeys(old["anonymous_id"].to_pylist())
-    mapping.update(zip(*(new[c].to_pylist() for c in columns), strict=True))
+    changed = changed_rows(store, USER_IDENTITIES, changes, columns=columns)
+    mapping = dict.fromkeys(changed.removed["anonymous_id"].to_pylist())
+    mapping.update(zip(*(changed.added[c].to_pylist() for c in columns), strict=True))
     return mapping
