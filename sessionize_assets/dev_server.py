@@ -273,6 +273,46 @@ class DagsterDev:
             raise DevServerError(f"sensor {sensor}: {data}")
         return data["sensorState"]["ticks"]
 
+    def unsynced(self) -> dict[str, dict[str | None, list[str]]]:
+        """What the UI shows as unsynced ("Unsynced" on the asset and its partitions): per
+        asset, each STALE partition (None for an unpartitioned asset) with its causes, as
+        "<asset>[<partition>]: <reason>"."""
+        causes = "key { path } partitionKey reason"
+        fields = {
+            True: f"partitionKeys staleStatusByPartition staleCausesByPartition {{ {causes} }}",
+            False: f"staleStatus staleCauses {{ {causes} }}",
+        }
+        found: dict[str, dict[str | None, list[str]]] = {}
+        for node in self.graphql("{ assetNodes { assetKey { path } isPartitioned } }")[
+            "assetNodes"
+        ]:
+            partitioned = node["isPartitioned"]
+            [status] = self.graphql(
+                f"query($key: AssetKeyInput!) {{ assetNodes(assetKeys: [$key]) "
+                f"{{ {fields[partitioned]} }} }}",
+                {"key": node["assetKey"]},
+            )["assetNodes"]
+            if partitioned:
+                rows = zip(
+                    status["partitionKeys"],
+                    status["staleStatusByPartition"],
+                    status["staleCausesByPartition"],
+                    strict=True,
+                )
+            else:
+                rows = iter([(None, status["staleStatus"], status["staleCauses"])])
+            stale = {
+                key: [
+                    f"{'/'.join(c['key']['path'])}[{c['partitionKey']}]: {c['reason']}"
+                    for c in reasons
+                ]
+                for key, state, reasons in rows
+                if state == "STALE"
+            }
+            if stale:
+                found["/".join(node["assetKey"]["path"])] = stale
+        return found
+
     def backfills(self) -> list[dict[str, Any]]:
         data = self.graphql(
             "{ partitionBackfillsOrError { ... on PartitionBackfills { results { id status } } } }"

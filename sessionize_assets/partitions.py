@@ -158,7 +158,7 @@ def days_between(first: date, last: date) -> list[date]:
 
 def lifecycle_range(
     *,
-    changed: Iterable[date],
+    sessions_reported: Iterable[date],
     through: date | None,
     latest: date | None,
     start: date,
@@ -167,20 +167,21 @@ def lifecycle_range(
     """The snapshot dates a lifecycle run is asked for, or None: nothing to do.
 
     A lifecycle run brings the whole snapshot up to date whatever range it is given (the lake's
-    own bookkeeping says what is stale) and reports every day it rewrote, each with its own
-    figures. So the range says which partitions must be reported besides those, not which
-    days are corrected. It ends at the latest received day (the snapshot's last date) and
-    starts at the earliest of
+    own bookkeeping says what is stale), and it reports every day of its range, each with its
+    own figures. So the range says which partitions Dagster must record again, not which days
+    are corrected. It ends at the latest received day (the snapshot's last date) and starts at
+    the earliest of
     - the first date no run has computed yet (from `start` when none has);
     - `failed_from`, the first day of a failed run: its partitions are reported again;
-    - the latest received day, when sessions `changed` on a day up to it. A late change on day
-      X rewrites the snapshot days from X whose counts move, which the run reports; asking for
-      X..latest would report (and have Dagster record) every day of that stretch, most of them
-      unchanged.
+    - the earliest of `sessions_reported`, the session dates materialized since the snapshot
+      last ran, changed or not. In the lineage, snapshot day D follows from sessions D and from
+      snapshot D-1, so once sessions D has a newer materialization, Dagster shows D and every
+      later day as unsynced until each is reported after it. The run re-reads nothing for
+      them: reporting a day costs a line of the event log, not a Spark job.
     """
     if latest is None:
         return None
-    candidates = [latest] if any(day <= latest for day in changed) else []
+    candidates = [day for day in sessions_reported if day <= latest]
     if failed_from is not None and failed_from <= latest:
         candidates.append(failed_from)
     first_missing = start if through is None else through + ONE_DAY

@@ -1,5 +1,5 @@
 """`sessionize rebuild`: recompute events and sessions of chosen days from raw, then correct
-the lifecycle snapshot from the earliest session day that changed.
+the lifecycle snapshot (reported again from the first rebuilt day).
 
 The same `rebuild_job` runs from the UI (select days of `events` or `sessions`, launch it as a
 backfill); this is the command-line way, in-process, recorded in the Dagster instance.
@@ -87,7 +87,8 @@ def rebuild(
     received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]
     snapshot = [date.fromisoformat(k) for k in instance.get_materialized_partitions(SNAPSHOT_KEY)]
     span = lifecycle_range(
-        changed=changed,
+        # The run materialized every sessions date of its range, changed or not.
+        sessions_reported=[first],
         through=max(snapshot, default=None),
         latest=max(received, default=None),
         start=settings.start_date,
@@ -96,8 +97,8 @@ def rebuild(
         echo("the lifecycle snapshot needs no correction")
         return True
     echo(
-        f"correcting the lifecycle snapshot from {min(changed, default=span[0])} "
-        f"(a run over {span[0]}..{span[1]}, reporting every day it rewrites)"
+        f"reporting the lifecycle snapshot again from {span[0]}, corrected where sessions changed "
+        f"(a run over {span[0]}..{span[1]}, reporting each day)"
     )
     with lake_writer(
         settings.lake_dir,

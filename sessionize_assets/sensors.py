@@ -8,9 +8,10 @@
 - stale_sessions_sensor: session dates whose window holds events newer than what they
   absorbed -> sessions range runs, for what automation does not ask for again (a failed or
   dead run's dates); automation requests sessions first.
-- lifecycle_sensor: changed session dates, or new received days -> one snapshot run through
-  the latest received day, which corrects every stale day in one go (automation would cascade
-  one day per tick) and reports each day it rewrote.
+- lifecycle_sensor: session dates materialized again, or new received days -> one snapshot
+  run through the latest received day, which corrects every stale day in one go (automation
+  would cascade one day per tick) and reports each day from the earliest of them, so that
+  none is left unsynced in the UI.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def event_plans_behind(settings: Settings) -> dict[date, Plan]:
 def lifecycle_catch_up(settings: Settings, instance: DagsterInstance) -> tuple[date, date] | None:
     """The range a lifecycle run takes when nothing new changed (`_lifecycle_span`)."""
     return _lifecycle_span(
-        settings, instance, changed=set(), behind=_lifecycle_behind(settings) is not None
+        settings, instance, reported=set(), behind=_lifecycle_behind(settings) is not None
     )
 
 
@@ -110,19 +111,20 @@ def _lifecycle_span(
     settings: Settings,
     instance: DagsterInstance,
     *,
-    changed: set[date],
+    reported: set[date],
     behind: bool,
     failed_from: date | None = None,
 ) -> tuple[date, date] | None:
     """`lifecycle_range` on the instance's partitions: the snapshot days no run has computed
-    yet, a failed run's days, and the latest received day when sessions `changed` or the
-    intervals are `behind` `sessions` (a run died after the sessions commit). None: up to
-    date. A lifecycle run corrects whatever is stale, whichever range it is given."""
+    yet, a failed run's days, the session dates `reported` since the last run, and the
+    latest received day when the intervals are `behind` `sessions` (a run died after the
+    sessions commit). None: up to date. A lifecycle run corrects whatever is stale, whichever
+    range it is given."""
     latest = _latest_received(settings, instance)
     if behind and latest is not None:
-        changed = {*changed, latest}
+        reported = {*reported, latest}
     return lifecycle_range(
-        changed=changed,
+        sessions_reported=reported,
         through=_latest_day(instance, SNAPSHOT_KEY),
         latest=latest,
         start=settings.start_date,
@@ -439,9 +441,9 @@ def build_lifecycle_sensor(
         minimum_interval_seconds=settings.sensor_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            "When sessions change on day X, corrects the user lifecycle snapshot from X through "
-            "the latest received day in one run, which reports each day it rewrote; also "
-            "extends it to each new day."
+            "When sessions are materialized again from day X (a late batch), corrects the user "
+            "lifecycle snapshot through the latest received day in one run, which reports each "
+            "day from X with its figures; also extends it to each new day."
         ),
     )
     def lifecycle_sensor(context: SensorEvaluationContext):
@@ -454,6 +456,7 @@ def build_lifecycle_sensor(
         if sessions:
             return SkipReason(f"a sessions run is going ({sessions[0].run_id}); waiting for it")
         cursor = json.loads(context.cursor) if context.cursor else {}
+        reported: set[date] = set()
         changed: set[date] = set()
         triggered = False
         new_cursor = dict(cursor)
@@ -465,10 +468,13 @@ def build_lifecycle_sensor(
             for record in records:
                 materialization = record.asset_materialization
                 if key == SESSIONS_KEY:
-                    # Each sessions date is reported with `changed`: did its rows change.
                     triggered = True
-                    if materialization is not None and is_flagged(materialization, "changed"):
-                        changed.add(date.fromisoformat(materialization.partition or ""))
+                    if materialization is not None:
+                        # Each sessions date is reported with `changed`: did its rows change.
+                        day = date.fromisoformat(materialization.partition or "")
+                        reported.add(day)
+                        if is_flagged(materialization, "changed"):
+                            changed.add(day)
                 elif not _dates(materialization, "touched_event_dates"):
                     # A batch that touched no event date starts no sessions run: advance here.
                     triggered = True
@@ -484,7 +490,7 @@ def build_lifecycle_sensor(
         span = _lifecycle_span(
             settings,
             context.instance,
-            changed=changed,
+            reported=reported,
             behind=behind is not None,
             failed_from=failed_from,
         )
@@ -500,8 +506,9 @@ def build_lifecycle_sensor(
         if isinstance(request, str):
             return SensorResult(skip_reason=request, cursor=json.dumps(new_cursor))
         context.log.info(
-            f"sessions changed on {sorted(map(str, changed))}: a snapshot run over "
-            f"{first}..{last} corrects and reports every day that changes"
+            f"sessions changed on {sorted(map(str, changed))} (materialized again from "
+            f"{min(map(str, reported), default='none')}): a snapshot run over {first}..{last} "
+            "corrects what changed and reports each of its days"
         )
         return SensorResult(run_requests=[request], cursor=json.dumps(new_cursor))
 

@@ -52,7 +52,7 @@ def process_batch(
     )
     # What lifecycle_sensor asks for, with the lake's partitions standing in for Dagster's.
     span = lifecycle_range(
-        changed=sessions.changed,
+        sessions_reported=sessions.changed,
         through=_last_date(store, USER_LIFECYCLE_SNAPSHOT),
         latest=_last_date(store, LANDING_BATCHES),  # an empty batch is ingested too
         start=settings.start_date,

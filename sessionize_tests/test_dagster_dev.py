@@ -7,7 +7,8 @@ daemon acts (landing sensor -> ingest, late-data sensor -> events, automation ->
 lifecycle sensor -> snapshot) and the Delta tables must end up equal to the plain-Python full
 recompute. The same folder re-delivered as it was launches nothing. Then a partition backfill
 launched through GraphQL must complete as one range run per asset and leave the tables
-unchanged.
+unchanged. After each step the UI shows no partition unsynced: it is shown stale only when it
+is.
 """
 
 from __future__ import annotations
@@ -169,6 +170,8 @@ def test_the_ui_launches_nothing_after_replay(dev):
     server.wait_for(ticked_twice, timeout=240, what="two ticks of every sensor", every=5)
     assert _new_runs(server, replayed) == [], server.log_tail()
     assert server.backfills() == []
+    # The replay left every partition exact, and the UI says so.
+    assert server.unsynced() == {}
     latest = server.sensor_ticks("landing_sensor", limit=1)[0]
     assert latest["skipReason"] == f"{DAYS - 1} batch folders, none new or changed"
 
@@ -196,6 +199,9 @@ def test_a_dropped_folder_reaches_the_snapshot_with_no_click(dev):
     # The batch carried events for earlier days (late), so their sessions were corrected.
     late = [r for r in _rows(settings.lake_dir / "events") if r["received_date"] == day]
     assert any(r["event_date"] < day for r in late), "the batch should carry late events"
+    # Those days' sessions were materialized again: the snapshot days that follow from them
+    # were reported again after them, so the UI shows no partition of any asset unsynced.
+    assert server.unsynced() == {}
 
 
 def test_an_identical_redelivery_launches_nothing(dev):
@@ -239,3 +245,4 @@ def test_partition_backfill_from_graphql_runs_one_range_per_asset(dev):
     assert [r["status"] for r in runs] == ["SUCCESS", "SUCCESS"]
     server.wait_for(server.idle, timeout=BATCH_TIMEOUT, what="automation after the backfill")
     assert _actual(settings) == expected
+    assert server.unsynced() == {}

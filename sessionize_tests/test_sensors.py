@@ -256,26 +256,28 @@ def test_the_lifecycle_catches_up_with_a_batch_the_lake_ingested_but_dagster_nev
 
 
 @pytest.mark.parametrize(
-    ("changed", "through", "latest", "failed_from", "expected"),
+    ("reported", "through", "latest", "failed_from", "expected"),
     [
         ([], None, None, None, None),  # nothing ingested yet
         ([], None, 3, None, (1, 3)),  # first run: from the start date
         ([], 3, 3, None, None),  # up to date
         ([], 3, 5, None, (4, 5)),  # new days only
         ([9], 5, 5, None, None),  # a change past the latest batch waits for that batch
-        # A late change: the run corrects from the 2nd and reports what it rewrote.
-        ([2, 9], 5, 5, None, (5, 5)),
-        ([2], 3, 5, None, (4, 5)),  # ... with the days not computed yet
+        # Sessions from the 2nd materialized again: the run corrects what changed and reports
+        # every day from the 2nd, so that none is left unsynced.
+        ([2, 9], 5, 5, None, (2, 5)),
+        ([4], 3, 5, None, (4, 5)),  # ... with the days not computed yet
+        ([2], 3, 5, None, (2, 5)),
         ([], 5, 5, 3, (3, 5)),  # a failed run's days are reported again
         ([2], 3, 5, 1, (1, 5)),
     ],
 )
-def test_lifecycle_range(changed, through, latest, failed_from, expected):
+def test_lifecycle_range(reported, through, latest, failed_from, expected):
     def day(n):
         return None if n is None else date(2026, 1, n)
 
     got = lifecycle_range(
-        changed=[day(n) for n in changed],
+        sessions_reported=[day(n) for n in reported],
         through=day(through),
         latest=day(latest),
         start=day(1),

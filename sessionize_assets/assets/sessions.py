@@ -152,7 +152,7 @@ def build_sessions_assets(
                     context.add_asset_metadata(
                         {
                             "dagster/row_count": rows[table].get(key, 0),
-                            # Read by the lifecycle sensor: the snapshot is corrected from these.
+                            # The lifecycle sensor logs these; rebuild reads them.
                             "changed": day in report.changed,
                             "updated": day in report.updated,
                             "recomputed": day in report.recomputed,
