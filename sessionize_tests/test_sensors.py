@@ -179,7 +179,7 @@ def _report(instance, asset: str, partition: str, **metadata) -> None:
     )
 
 
-def test_lifecycle_sensor_asks_for_the_days_not_computed_and_the_latest_when_sessions_change(
+def test_lifecycle_sensor_asks_for_the_days_not_computed_and_from_the_sessions_reported_again(
     settings,
 ):
     defs = build_definitions(settings, spark_ui=False)
@@ -203,11 +203,11 @@ def test_lifecycle_sensor_asks_for_the_days_not_computed_and_the_latest_when_ses
         assert "a sessions run is going" in waiting.skip_message
         instance.delete_run(going.run_id)
 
-        # The run corrects the 2nd on (and reports the days it rewrites): the range it asks for
-        # is the day not computed yet, which is also the latest.
+        # The run corrects the 2nd on; it reports every day from the 1st, the earliest sessions
+        # date reported since the snapshot's days were (the 6th is past the latest batch).
         result = sensor(build_sensor_context(instance=instance, definitions=defs))
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
-            ("2026-01-05", "2026-01-05")
+            ("2026-01-01", "2026-01-05")
         ]
         cursor = result.cursor
         again = sensor(build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
@@ -221,14 +221,21 @@ def test_lifecycle_sensor_asks_for_the_days_not_computed_and_the_latest_when_ses
         ]
         cursor = result.cursor
 
-        # Every day computed: a late change on the 3rd asks for the latest day alone.
+        # Every day computed: the 3rd's sessions reported again, changed or not, ask for the
+        # 3rd through the latest day, so that none of them is left unsynced in the UI.
         for day in ("2026-01-05", "2026-01-06"):
             _report(instance, "user_lifecycle_snapshot", day)
-        _report(instance, "sessions", "2026-01-03", changed=True)
-        result = sensor(build_sensor_context(instance=instance, definitions=defs, cursor=cursor))
-        assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
-            ("2026-01-06", "2026-01-06")
-        ]
+        for changed in (True, False):
+            _report(instance, "sessions", "2026-01-03", changed=changed)
+            result = sensor(
+                build_sensor_context(instance=instance, definitions=defs, cursor=cursor)
+            )
+            assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
+                ("2026-01-03", "2026-01-06")
+            ]
+            cursor = result.cursor
+            for day in ("2026-01-03", "2026-01-04", "2026-01-05", "2026-01-06"):
+                _report(instance, "user_lifecycle_snapshot", day)
 
 
 def test_the_lifecycle_catches_up_with_a_batch_the_lake_ingested_but_dagster_never_saw(

@@ -50,6 +50,7 @@ _ARRIVALS: tuple[tuple[int, str, str], ...] = (
     ),
     (5, "", "?utm_source=newsletter&utm_medium=email&utm_campaign=weekly&utm_content=hero"),
     (2, "https://partner.example.net/", "?utm_source=partner&utm_medium=affiliate&utm_medium=cpm"),
+    (2, "https://ads.adnet.example/", "?utm_source=adnet&utm_medium=display&utm_campaign=retarget"),
     (2, "", "?utm_source=spring&utm_campaign=spring+drop&utm_term="),
 )
 _ARRIVAL_WEIGHTS = tuple(weight for weight, _, _ in _ARRIVALS)
