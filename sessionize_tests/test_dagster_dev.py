@@ -170,10 +170,10 @@ def test_the_ui_launches_nothing_after_replay(dev):
     server.wait_for(ticked_twice, timeout=240, what="two ticks of every sensor", every=5)
     assert _new_runs(server, replayed) == [], server.log_tail()
     assert server.backfills() == []
-    # The replay left every partition exact, and the UI says so.
-    assert server.unsynced() == {}
     latest = server.sensor_ticks("landing_sensor", limit=1)[0]
     assert latest["skipReason"] == f"{DAYS - 1} batch folders, none new or changed"
+    # The replay left every partition exact, and the UI says so.
+    assert server.unsynced() == {}
 
 
 def test_a_dropped_folder_reaches_the_snapshot_with_no_click(dev):
