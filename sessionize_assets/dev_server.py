@@ -300,7 +300,7 @@ class DagsterDev:
                     strict=True,
                 )
             else:
-                rows = iter([(None, status["staleStatus"], status["staleCauses"])])
+                rows = [(None, status["staleStatus"], status["staleCauses"])]
             stale = {
                 key: [
                     f"{'/'.join(c['key']['path'])}[{c['partitionKey']}]: {c['reason']}"

@@ -97,8 +97,8 @@ def rebuild(
         echo("the lifecycle snapshot needs no correction")
         return True
     echo(
-        f"reporting the lifecycle snapshot again from {span[0]}, corrected where sessions changed "
-        f"(a run over {span[0]}..{span[1]}, reporting each day)"
+        f"correcting the lifecycle snapshot in a run over {span[0]}..{span[1]}, "
+        "which reports each of its days"
     )
     with lake_writer(
         settings.lake_dir,
