@@ -386,10 +386,11 @@ def crowd(on: date) -> list[tuple]:
 
 
 @ON_EACH_BACKEND
-def test_a_late_sign_in_relabels_the_device_sessions_on_every_date(pipeline):
+def test_a_late_sign_in_relabels_the_device_sessions_on_every_date(pipeline, pair_placement):
     """SPEC §3c: a device's sign-in that arrives days late maps its anonymous sessions on
-    three dates to the user, rewriting the one file of each date that holds them; a later
-    sign-in of another user on the same (shared) device maps them to that user."""
+    three dates to the user, rewriting the one file of each date that holds them, in the
+    run's one sessions commit; a later sign-in of another user on the same (shared) device
+    maps them to that user."""
     for offset in range(3):
         on = day(offset)
         pipeline.land(on, [(f"d{offset}", None, f"{on} 09:00", device("d-1")), *crowd(on)])
@@ -402,7 +403,9 @@ def test_a_late_sign_in_relabels_the_device_sessions_on_every_date(pipeline):
 
     # Signed in on the second day, delivered on the sixth.
     pipeline.land(day(5), [("s1", "alice", "2026-01-11 09:10", device("d-1", userId="alice"))])
+    version = pipeline.store.version(SESSIONS)
     run = pipeline.process(day(5))
+    assert pipeline.store.version(SESSIONS) == version + 1
     assert (run.identities.ids_new, run.identities.ids_remapped) == (1, 0)
     relabel = run.sessions.relabel
     assert (relabel.ids_changed, relabel.rows_relabelled) == (1, 3)

@@ -335,9 +335,14 @@ class EmbeddedDeltaStore:
         return read_small_table(self.path(spec), spec, partitions=partitions, columns=columns)
 
     def read_files_arrow(
-        self, spec: TableSpec, paths: Iterable[str], *, columns: Sequence[str]
+        self,
+        spec: TableSpec,
+        paths: Iterable[str],
+        *,
+        columns: Sequence[str],
+        with_file: bool = False,
     ) -> pa.Table:
-        return read_files(self.path(spec), spec, paths, columns)
+        return read_files(self.path(spec), spec, paths, columns, with_file=with_file)
 
     def replace_partitions_arrow(
         self,

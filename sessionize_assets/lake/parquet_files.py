@@ -22,6 +22,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.store import LakeError, TableSpec
 
+# The column `read_files(with_file=True)` adds: the file a row is in.
+FILE_COLUMN = "_file"
 _MAX_STRING_STAT = 32  # Delta's default prefix length for string statistics
 
 
@@ -52,16 +54,25 @@ def stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[st
 
 
 def read_files(
-    root: Location, spec: TableSpec, paths: Iterable[str], columns: Sequence[str] | None = None
+    root: Location,
+    spec: TableSpec,
+    paths: Iterable[str],
+    columns: Sequence[str] | None = None,
+    *,
+    with_file: bool = False,
 ) -> pa.Table:
     """The rows of these data files (paths relative to the table's `root`), only `columns`
     when given, with the spec's types: the partition column comes from each file's folder, and
-    a column a file predates (added by `ensure`) is null. The files are read in parallel."""
+    a column a file predates (added by `ensure`) is null. The files are read in parallel.
+    `with_file` adds `FILE_COLUMN`: the path (as given) of the file each row is in."""
     schema = to_arrow_schema(spec.schema)
     names = list(columns) if columns is not None else schema.names
     wanted = pa.schema([schema.field(name) for name in names])
+    if with_file:
+        wanted = wanted.append(pa.field(FILE_COLUMN, pa.string(), nullable=False))
     filesystem, base = root.filesystem()
-    files = [f"{base}/{unquote(path)}" for path in sorted(set(paths))]
+    given = {f"{base}/{unquote(path)}": path for path in sorted(set(paths))}
+    files = list(given)
     if not files:
         return wanted.empty_table()
     column = schema.field(spec.partition_by).with_nullable(True)
@@ -74,7 +85,27 @@ def read_files(
         partition_base_dir=base,
         filesystem=filesystem,
     )
-    return dataset.to_table(columns=names).cast(wanted)
+    if not with_file:
+        return dataset.to_table(columns=names).cast(wanted)
+    tables = [
+        pa.Table.from_batches([tagged.record_batch]).append_column(
+            FILE_COLUMN, pa.array([given[tagged.fragment.path]] * tagged.record_batch.num_rows)
+        )
+        for tagged in dataset.scanner(columns=names).scan_batches()
+    ]
+    return pa.concat_tables(tables).cast(wanted) if tables else wanted.empty_table()
+    batches = [
+        tagged.record_batch.append_column(
+            FILE_COLUMN, pa.array([given[tagged.fragment.path]] * tagged.record_batch.num_rows)
+        )
+        for tagged in dataset.scanner(columns=names).scan_batches()
+    ]
+    return pa.Table.from_batches(
+        batches,
+        schema=wanted.remove(len(names)).append(pa.field(FILE_COLUMN, pa.string()))
+        if False
+        else None,
+    ).cast(wanted)
 
 
 def file_stats(path: Path) -> dict[str, Any]:

@@ -188,9 +188,15 @@ class DeltaStore(Protocol):
         ...
 
     def read_files_arrow(
-        self, spec: TableSpec, paths: Iterable[str], *, columns: Sequence[str]
+        self,
+        spec: TableSpec,
+        paths: Iterable[str],
+        *,
+        columns: Sequence[str],
+        with_file: bool = False,
     ) -> pa.Table:
-        """`read_files` on the driver: `columns` of the rows of these data files."""
+        """`read_files` on the driver: `columns` of the rows of these data files, and with
+        `with_file` the path of each row's file (`parquet_files.FILE_COLUMN`)."""
         ...
 
     def replace_partitions_arrow(

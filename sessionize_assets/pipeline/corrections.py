@@ -9,8 +9,9 @@ versions against versions). Comparing rows could not find that change again, sin
 sessions table already holds it.
 
 The log records sessions: what identity stitching relabels (`stitched_user_id`, see
-pipeline/stitching.py) is not a change of a session, so a relabelling commit is only marked
-as logged (`mark_logged`), and recovering a version compares rows without that column.
+pipeline/stitching.py) is not a change of a session. Rows are compared without that column,
+so relabelled rows that ride on a sessions commit leave no entry, and a relabel committed
+alone is only marked as logged (`mark_logged`).
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ _LOGGED_COLUMNS = tuple(name for name in SESSIONS.schema.fieldNames() if name !=
 
 
 def diff_sessions(
-    old: DataFrame, new: DataFrame, *, columns: Sequence[str] = tuple(SESSIONS.schema.fieldNames())
+    old: DataFrame, new: DataFrame, *, columns: Sequence[str] = _LOGGED_COLUMNS
 ) -> DataFrame:
     """Old rows that are gone or changed (`removed`), new rows that are new or changed.
 
     Rows are matched by session_id (unique: a hash of the user and the session's start) in
     one join, and a pair that differs in any column yields both sides. An old session_id held
     twice (writers that raced without a conflict check) differs too: rewriting its pair leaves
-    one row. Only `columns` are compared and returned.
+    one row. Only `columns` are compared and returned: by default a session's, not the
+    label stitching gives it.
     """
     columns = list(columns)
     held = old.groupBy("session_id").agg(
@@ -156,7 +158,6 @@ def log_unlogged_versions(
         diff = diff_sessions(
             rows.where(F.col("sign") < 0).select(*columns),
             rows.where(F.col("sign") > 0).select(*columns),
-            columns=columns,
         )
         changed = diff.limit(1).count() > 0
         if changed:

@@ -60,7 +60,13 @@ from sessionize_assets.pipeline.manifests import (
     record_sessions_progress,
     sessions_progress,
 )
-from sessionize_assets.pipeline.stitching import RelabelReport, relabel_sessions
+from sessionize_assets.pipeline.stitching import (
+    Relabel,
+    RelabelReport,
+    commit_relabel,
+    plan_relabel,
+    relabelled_rows,
+)
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.identities import stitch
 from sessionize_assets.transforms.sessions import SESSION_EVENT_COLUMNS, build_sessions
@@ -129,13 +135,15 @@ def update_sessions(
     # First the sessions commits a killed run left out of the corrections log.
     report.versions_logged_late = log_unlogged_versions(store, spark, run_id=run_id, tags=tags)
     report.identities = update_identities(store, run_id=run_id)
-    report.relabel = relabel_sessions(store, tags=tags)
     # What this run reads: its commits are made against these versions (WriteConflictError).
     read_at = {
         spec: store.read_version(spec) for spec in (SESSIONS, SESSION_QUARANTINE, SESSIONS_MANIFEST)
     }
+    relabel = plan_relabel(store)
+    report.relabel = relabel.report
     events_version = store.version(EVENTS)
     if events_version is None:
+        commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         return report
     definition = session_definition(settings)
     progress = sessions_progress(store, partitions=dates)
@@ -152,6 +160,7 @@ def update_sessions(
         whole, partial = sorted([*whole, *partial]), []
         touched = spark.createDataFrame([], "user_id string, session_date date")
     if not whole and not partial:
+        commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         return report
     touched = touched.persist(StorageLevel.MEMORY_AND_DISK)
     by_date = keys_by_partition(
@@ -161,6 +170,7 @@ def update_sessions(
     progress_now = SessionsProgress(events_version=events_version, definition=definition)
     if not whole and not pairs:  # nothing in these dates' windows changed
         touched.unpersist()
+        commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         record_sessions_progress(
             store,
             partitions=partial,
@@ -225,22 +235,20 @@ def update_sessions(
         report.files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
         if changed_dates:
             # Only the pairs whose rows differ are rewritten, on whole dates too: their old
-            # rows were all compared, so the pairs that did not change keep their rows. Few
-            # pairs are a filter in the queries; many, a join (a broadcast job of its own).
-            if summary.changed_pairs is not None:
-                drop, drop_keys = _pair_filter(summary.changed_pairs), None
-                new_rows = sessions.where(drop)
-            else:
-                drop, drop_keys = None, diff.select(*PAIR).distinct()
-                new_rows = sessions.join(drop_keys, on=list(PAIR), how="left_semi")
+            # rows were all compared, so the pairs that did not change keep their rows. The
+            # relabelled pairs ride on the same commit.
+            drop, drop_keys, new_rows = _rewritten(
+                spark, sessions, diff, changed_pairs=summary.changed_pairs, relabel=relabel
+            )
             commit = store.rewrite(
                 SESSIONS,
-                partitions=changed_dates,
+                partitions=sorted({*changed_dates, *relabel.dates}),
                 drop=drop,
                 drop_keys=drop_keys,
-                files=files,
+                files=None if files is None else sorted({*files, *relabel.files}),
                 add=lambda: new_rows,
                 commit_metadata=tags,
+                app_transaction=relabel.transaction,
                 read_version=read_at[SESSIONS],
             )
             log_commit(
@@ -248,6 +256,8 @@ def update_sessions(
             )
             report.rows_written = commit.rows_written
             report.files_rewritten = commit.files_removed
+        else:
+            commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         # Bots are rare: without quarantine rows before or after, there is nothing to write.
         if summary.flagged or store.live_files(SESSION_QUARANTINE, partitions=computed):
             in_scope = scope.as_filter()
@@ -281,6 +291,32 @@ def update_sessions(
     report.updated = sorted([*whole, *partial])
     report.recomputed = whole
     return report
+
+
+def _rewritten(
+    spark: SparkSession,
+    sessions: DataFrame,
+    diff: DataFrame,
+    *,
+    changed_pairs: list[tuple[date, str]] | None,
+    relabel: Relabel,
+) -> tuple[Column | None, DataFrame | None, DataFrame]:
+    """What the sessions commit drops (a filter, or keys) and adds: the recomputed pairs whose
+    rows differ, and the relabelled pairs outside them. Few pairs are a filter in the
+    queries; many, a join (a broadcast job of its own)."""
+    relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
+    extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
+    if changed_pairs is not None and len({*changed_pairs, *relabel.pairs}) <= PUSHED_KEYS_TOTAL:
+        drop = _pair_filter({*changed_pairs, *relabel.pairs})
+        new_rows = sessions.where(_pair_filter(changed_pairs))
+        return drop, None, new_rows if extra is None else new_rows.unionByName(extra)
+    keys = diff.select(*PAIR).distinct()
+    new_rows = sessions.join(keys, on=list(PAIR), how="left_semi")
+    if extra is None:
+        return None, keys, new_rows
+    extra = extra.join(keys, on=list(PAIR), how="left_anti")
+    relabelled_keys = spark.createDataFrame(relabel.pairs, "session_date date, user_id string")
+    return None, keys.unionByName(relabelled_keys).distinct(), new_rows.unionByName(extra)
 
 
 def _event_dates(session_date: Column, settings: Settings) -> Column:

@@ -3,17 +3,19 @@
 A sessions run builds the sessions it recomputes with the identities as they are
 (`transforms.identities.stitch`). The sessions it does not recompute carry the mapping of an
 earlier run: when a sign-in maps an anonymous id for the first time, or to another user,
-that id's sessions on every date are relabelled here, before the sessions are brought up to
-date, and nothing else is touched:
+that id's sessions on every date are relabelled, and nothing else is touched:
 - the ids whose mapping changed are read from the `user_identities` files added and removed
   since the identities version the sessions last applied (a Delta transaction id,
   `IDENTITIES_APPLIED`, on the sessions commit that applied it);
 - their sessions are found, on any date, in the files whose `user_id` statistics can hold
   one (files are user ranges within a date, as for late events), read on the driver;
-- the rows whose `stitched_user_id` differs are rewritten in one commit, which records the
-  identities version applied. No Spark job.
-A relabel changes no session's boundaries: the corrections log records none (it marks the
-commit as logged), and the lifecycle is not corrected for it.
+- the (user, date) pairs holding a session whose `stitched_user_id` differs are rewritten
+  with their rows relabelled, in the same commit as the run's recomputed sessions (one
+  MERGE on the delta-spark backend, with the transaction id): no Spark job of their own, and
+  no commit of another engine between Delta Spark's (which would cost Delta a rebuild of
+  the table's state). A run that commits no recomputed sessions commits them alone, on the
+  driver (`commit_relabel`).
+A relabel changes no session's boundaries: the corrections log records none of it.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ from datetime import date
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.parquet_files import FILE_COLUMN
 from sessionize_assets.lake.store import AppTransaction, DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_IDENTITIES
 from sessionize_assets.pipeline.corrections import mark_logged
 from sessionize_assets.pipeline.identities import changed_rows
 
 IDENTITIES_APPLIED = "sessionize.sessions.identities_version"
-# Commit metadata of a relabel's two commits (sessions, and the corrections log's mark): driver
-# writes, committed by delta-rs on either backend.
+# Commit metadata of a relabel committed alone (sessions, and the corrections log's mark): a
+# driver write, committed by delta-rs on either backend.
 RELABEL_COMMIT = {"sessionize_step": "relabel stitched_user_id"}
 
 
@@ -42,21 +46,44 @@ class RelabelReport:
     identities_version: int | None = None  # the identities version the sessions now carry
     ids_changed: int = 0  # anonymous ids whose mapping changed since the last applied one
     files_searched: int = 0  # sessions files that could hold their sessions
-    rows_relabelled: int = 0
-    files_rewritten: int = 0
+    rows_relabelled: int = 0  # sessions whose stitched_user_id the run changes
+    files_rewritten: int = 0  # files holding them, which the run's commit rewrites
     by_date: dict[date, int] = field(default_factory=dict)  # rows relabelled per session date
 
 
-def relabel_sessions(store: DeltaStore, *, tags: Mapping[str, str]) -> RelabelReport:
-    """Give every session of an anonymous id whose mapping changed its new stitched id."""
+@dataclass(kw_only=True)
+class Relabel:
+    """What a sessions run must change in the sessions it does not recompute.
+
+    `rows` are every session of the (session_date, user_id) `pairs` that hold a stale label,
+    relabelled: the commit drops those pairs' rows from `files` and adds `rows` (but for the
+    pairs it recomputes). `transaction` records the identities version applied, None when the
+    sessions carry it already."""
+
+    report: RelabelReport
+    transaction: AppTransaction | None = None
+    rows: pa.Table | None = None
+    pairs: list[tuple[date, str]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def dates(self) -> list[date]:
+        return sorted({day for day, _ in self.pairs})
+
+
+def plan_relabel(store: DeltaStore) -> Relabel:
+    """The sessions to relabel for the identities as they are, read on the driver; nothing is
+    written. A first sessions run (no table yet) stitches all it builds: only the version."""
     report = RelabelReport()
     version = store.version(USER_IDENTITIES)
     applied = store.applied_version(SESSIONS, IDENTITIES_APPLIED)
     report.identities_version = applied
     if version is None or (applied is not None and applied >= version):
-        return report
+        return Relabel(report=report)
+    report.identities_version = version
+    transaction = AppTransaction(app_id=IDENTITIES_APPLIED, version=version)
     if not store.exists(SESSIONS):
-        return report  # the first sessions run stitches what it builds; nothing to relabel
+        return Relabel(report=report, transaction=transaction)
     mapping = _changed_mapping(store, since=applied, through=version)
     report.ids_changed = len(mapping)
     ids = sorted(mapping)
@@ -67,33 +94,70 @@ def relabel_sessions(store: DeltaStore, *, tags: Mapping[str, str]) -> RelabelRe
         else []
     )
     report.files_searched = len(files)
-    held = store.read_files_arrow(SESSIONS, files, columns=SESSIONS.schema.fieldNames())
+    held = store.read_files_arrow(
+        SESSIONS, files, columns=SESSIONS.schema.fieldNames(), with_file=True
+    )
     held = held.filter(pc.is_in(held["user_id"], pa.array(ids, pa.string())))
     stitched = pa.array(
         [mapping[user] or user for user in held["user_id"].to_pylist()], pa.string()
     )
     differs = pc.invert(pc.fill_null(pc.equal(held["stitched_user_id"], stitched), False))
-    old = held.filter(differs)
-    new = old.set_column(
-        old.schema.get_field_index("stitched_user_id"), "stitched_user_id", stitched.filter(differs)
+    stale = held.filter(differs)
+    days, users = stale["session_date"].to_pylist(), stale["user_id"].to_pylist()
+    pairs = sorted(set(zip(days, users, strict=True)))
+    in_pairs = pc.is_in(_pair_keys(held), pa.array([f"{d}|{u}" for d, u in pairs], pa.string()))
+    rows = held.set_column(
+        held.schema.get_field_index("stitched_user_id"), "stitched_user_id", stitched
+    ).filter(in_pairs)
+    report.rows_relabelled = stale.num_rows
+    report.files_rewritten = len(set(stale[FILE_COLUMN].to_pylist()))
+    counts = pc.value_counts(stale["session_date"]).to_pylist() if stale.num_rows else []
+    report.by_date = {item["values"]: item["counts"] for item in counts}
+    return Relabel(
+        report=report,
+        transaction=transaction,
+        rows=rows.drop_columns([FILE_COLUMN]),
+        pairs=pairs,
+        files=sorted(set(rows[FILE_COLUMN].to_pylist())),
     )
+
+
+def relabelled_rows(relabel: Relabel, *, recomputed: set[tuple[date, str]]) -> pa.Table | None:
+    """The relabelled rows of the pairs outside `recomputed` (whose new rows carry the new
+    label already); None when there are none."""
+    if relabel.rows is None or not relabel.rows.num_rows:
+        return None
+    keys = pa.array([f"{d}|{u}" for d, u in sorted(recomputed)], pa.string())
+    rows = relabel.rows.filter(pc.invert(pc.is_in(_pair_keys(relabel.rows), keys)))
+    return rows if rows.num_rows else None
+
+
+def commit_relabel(
+    store: DeltaStore, relabel: Relabel, *, tags: Mapping[str, str], read_version: int | None
+) -> None:
+    """Commit `relabel` alone (a run that commits no recomputed sessions), on the driver, and
+    mark the commit as logged: it changes no session."""
+    if relabel.transaction is None:
+        return
+    rows = relabel.rows
     commit = store.rewrite_arrow(
         SESSIONS,
-        add=new,
-        drop=old.select(["session_date", "session_id"]),  # a session's row (no null column)
-        files=files,
+        add=rows if rows is not None else to_arrow_schema(SESSIONS.schema).empty_table(),
+        drop=None if rows is None else rows.select(["session_date", "session_id"]),
+        files=relabel.files,
         commit_metadata={**tags, **RELABEL_COMMIT},
-        app_transaction=AppTransaction(app_id=IDENTITIES_APPLIED, version=version),
-        read_version=store.read_version(SESSIONS),
+        app_transaction=relabel.transaction,
+        read_version=read_version,
     )
     if commit.version is not None:
         mark_logged(store, sessions_version=commit.version, tags={**tags, **RELABEL_COMMIT})
-    report.identities_version = version
-    report.rows_relabelled = old.num_rows
-    report.files_rewritten = commit.files_removed
-    counts = pc.value_counts(old["session_date"]).to_pylist() if old.num_rows else []
-    report.by_date = {item["values"]: item["counts"] for item in counts}
-    return report
+
+
+def _pair_keys(rows: pa.Table) -> pa.ChunkedArray:
+    """`date|user` per row, as `keyed_reads.pair_filter` writes a pair."""
+    return pc.binary_join_element_wise(
+        pc.cast(rows["session_date"], pa.string()), rows["user_id"], "|"
+    )
 
 
 def _changed_mapping(

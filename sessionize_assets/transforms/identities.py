@@ -46,12 +46,16 @@ def identities_from_events(events: DataFrame) -> DataFrame:
 
 
 def stitch(sessions: DataFrame, identities: DataFrame | None) -> DataFrame:
-    """`sessions` with `stitched_user_id`: the user its user key maps to, else the key."""
+    """`sessions` with `stitched_user_id`: the user its user key maps to, else the key.
+
+    A shuffled hash join, not a broadcast one: broadcasting the identities would be a Spark
+    job of its own, and sessions are built partitioned by user already, so only the
+    identities move."""
     if identities is None:
         return sessions.withColumn("stitched_user_id", F.col("user_id"))
     mapping = identities.select(
         F.col("anonymous_id").alias("_key"), F.col("user_id").alias("_mapped")
-    )
+    ).hint("shuffle_hash")
     return (
         sessions.join(mapping, sessions["user_id"] == mapping["_key"], "left")
         .withColumn("stitched_user_id", F.coalesce(F.col("_mapped"), F.col("user_id")))
