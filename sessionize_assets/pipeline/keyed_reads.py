@@ -129,11 +129,16 @@ def isin_texts(column: Column, texts: Collection[str]) -> Column:
     return Column(java.isInCollection(listed.toList()))
 
 
+def pair_texts(pairs: Iterable[tuple[date, str]]) -> list[str]:
+    """The text `pair_filter` matches a (date, key) pair by: `date|key`."""
+    return [f"{day}|{value}" for day, value in pairs]
+
+
 def pair_filter(pairs: Iterable[tuple[date, str]], *, partition: str, key: str) -> Column:
     """Whether a row's (`partition`, `key`) is one of `pairs`: a hash set of their text
     (`date|key`: a date's text has no `|`) in the query, where a join with a frame of them
     would be a broadcast job of its own. For up to PUSHED_KEYS_TOTAL pairs."""
-    texts = [f"{day}|{value}" for day, value in pairs]
+    texts = pair_texts(pairs)
     return isin_texts(F.concat_ws("|", F.col(partition).cast("string"), F.col(key)), texts)
 
 

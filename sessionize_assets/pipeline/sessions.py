@@ -306,8 +306,9 @@ def _rewritten(
     queries; many, a join (a broadcast job of its own)."""
     relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
     extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
-    if changed_pairs is not None and len({*changed_pairs, *relabel.pairs}) <= PUSHED_KEYS_TOTAL:
-        drop = _pair_filter({*changed_pairs, *relabel.pairs})
+    dropped = None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
+    if dropped is not None and len(dropped) <= PUSHED_KEYS_TOTAL:
+        drop = _pair_filter(dropped)
         new_rows = sessions.where(_pair_filter(changed_pairs))
         return drop, None, new_rows if extra is None else new_rows.unionByName(extra)
     keys = diff.select(*PAIR).distinct()

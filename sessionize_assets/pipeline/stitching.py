@@ -34,6 +34,7 @@ from sessionize_assets.lake.store import AppTransaction, DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_IDENTITIES
 from sessionize_assets.pipeline.corrections import mark_logged
 from sessionize_assets.pipeline.identities import changed_rows
+from sessionize_assets.pipeline.keyed_reads import pair_texts
 
 IDENTITIES_APPLIED = "sessionize.sessions.identities_version"
 # Commit metadata of a relabel committed alone (sessions, and the corrections log's mark): a
@@ -105,7 +106,7 @@ def plan_relabel(store: DeltaStore) -> Relabel:
     stale = held.filter(differs)
     days, users = stale["session_date"].to_pylist(), stale["user_id"].to_pylist()
     pairs = sorted(set(zip(days, users, strict=True)))
-    in_pairs = pc.is_in(_pair_keys(held), pa.array([f"{d}|{u}" for d, u in pairs], pa.string()))
+    in_pairs = pc.is_in(_pair_keys(held), pa.array(pair_texts(pairs), pa.string()))
     rows = held.set_column(
         held.schema.get_field_index("stitched_user_id"), "stitched_user_id", stitched
     ).filter(in_pairs)
@@ -127,7 +128,7 @@ def relabelled_rows(relabel: Relabel, *, recomputed: set[tuple[date, str]]) -> p
     label already); None when there are none."""
     if relabel.rows is None or not relabel.rows.num_rows:
         return None
-    keys = pa.array([f"{d}|{u}" for d, u in sorted(recomputed)], pa.string())
+    keys = pa.array(pair_texts(sorted(recomputed)), pa.string())
     rows = relabel.rows.filter(pc.invert(pc.is_in(_pair_keys(relabel.rows), keys)))
     return rows if rows.num_rows else None
 
@@ -154,7 +155,7 @@ def commit_relabel(
 
 
 def _pair_keys(rows: pa.Table) -> pa.ChunkedArray:
-    """`date|user` per row, as `keyed_reads.pair_filter` writes a pair."""
+    """`date|user` per row, as `keyed_reads.pair_texts` writes a pair."""
     return pc.binary_join_element_wise(
         pc.cast(rows["session_date"], pa.string()), rows["user_id"], "|"
     )
