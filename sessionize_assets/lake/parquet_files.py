@@ -94,18 +94,6 @@ def read_files(
         for tagged in dataset.scanner(columns=names).scan_batches()
     ]
     return pa.concat_tables(tables).cast(wanted) if tables else wanted.empty_table()
-    batches = [
-        tagged.record_batch.append_column(
-            FILE_COLUMN, pa.array([given[tagged.fragment.path]] * tagged.record_batch.num_rows)
-        )
-        for tagged in dataset.scanner(columns=names).scan_batches()
-    ]
-    return pa.Table.from_batches(
-        batches,
-        schema=wanted.remove(len(names)).append(pa.field(FILE_COLUMN, pa.string()))
-        if False
-        else None,
-    ).cast(wanted)
 
 
 def file_stats(path: Path) -> dict[str, Any]:
