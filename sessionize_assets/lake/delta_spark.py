@@ -63,6 +63,7 @@ from sessionize_assets.lake.store import (
     TableSpec,
     WriteConflictError,
     partition_string,
+    sql_identifier,
 )
 
 log = logging.getLogger(__name__)
@@ -553,7 +554,7 @@ def _partitions_predicate(spec: TableSpec, values: Sequence[str]) -> str:
     """`replaceWhere`'s predicate (Delta takes only SQL text): the partition column IN typed
     literals. A date is re-rendered from `date` and a string quoted, so no value can change
     the predicate's shape."""
-    column = "`" + spec.partition_by.replace("`", "``") + "`"
+    column = sql_identifier(spec.partition_by)
     literals = [
         f"DATE'{v.isoformat()}'"
         if isinstance(v, date)

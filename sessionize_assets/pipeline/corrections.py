@@ -24,7 +24,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.store import AppTransaction, CommitInfo, DeltaStore, LakeError
+from sessionize_assets.lake.store import (
+    AppTransaction,
+    CommitInfo,
+    DeltaStore,
+    LakeError,
+    sql_identifier,
+)
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
 from sessionize_assets.pipeline.versions import signed_rows
 
@@ -49,7 +55,7 @@ def diff_sessions(
     few JVM calls in all: built column by column, the 27 columns of `sessions` cost some
     2,000 calls, half a second of driver time on every sessions run.
     """
-    row = "struct(" + ", ".join(_quoted(c) for c in columns) + ")"
+    row = "struct(" + ", ".join(sql_identifier(c) for c in columns) + ")"
     held = old.groupBy("session_id").agg(
         F.expr(f"min({row})").alias("_old"), F.count(F.lit(1)).alias("_copies")
     )
@@ -60,16 +66,11 @@ def diff_sessions(
     )
 
     def entry(name: str, change: str) -> str:
-        fields = ", ".join(f"{name}.{_quoted(c)} AS {_quoted(c)}" for c in columns)
+        fields = ", ".join(f"{name}.{sql_identifier(c)} AS {sql_identifier(c)}" for c in columns)
         return f"CASE WHEN {name} IS NOT NULL THEN struct({fields}, '{change}' AS change) END"
 
     entries = f"array({entry('_old', 'removed')}, {entry('_new', 'added')})"
     return differs.selectExpr(f"inline(filter({entries}, e -> e IS NOT NULL))")
-
-
-def _quoted(name: str) -> str:
-    """A column name as SQL text (backquoted, a backquote doubled)."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _change_rows(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFrame:
