@@ -63,8 +63,8 @@ from sessionize_assets.lake.store import (
     TableSpec,
     WriteConflictError,
     partition_string,
-    sql_identifier,
 )
+from sessionize_assets.sql_text import sql_identifier
 
 log = logging.getLogger(__name__)
 

@@ -86,13 +86,6 @@ def partition_string(value: PartitionValue) -> str:
     return value.isoformat() if isinstance(value, date) else str(value)
 
 
-def sql_identifier(name: str) -> str:
-    """A column name as Spark SQL text: backquoted, a backquote in it doubled, so no name can
-    change an expression's shape (for the SQL text Delta requires, and for expressions built
-    in one JVM call instead of one per column)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 @dataclass(frozen=True, kw_only=True)
 class FileChange:
     """A data file that a commit added or removed (compaction, which changes no rows, is not)."""

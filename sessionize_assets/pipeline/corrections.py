@@ -29,10 +29,10 @@ from sessionize_assets.lake.store import (
     CommitInfo,
     DeltaStore,
     LakeError,
-    sql_identifier,
 )
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
 from sessionize_assets.pipeline.versions import signed_rows
+from sessionize_assets.sql_text import sql_identifier
 
 SESSIONS_LOGGED = "sessionize.session_changes.sessions_version"
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")

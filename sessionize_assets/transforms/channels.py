@@ -1,16 +1,17 @@
 """SPEC §3b's default channel grouping of a session, from its campaign and its referrer.
 
 The rules are data (`CHANNEL_RULES`, first match wins), and both forms of the grouping are
-built from them: `channel` in Python (the reference and the tests read it) and
-`channel_column` in Spark (the sessions pass computes it), so the two cannot drift apart.
+built from them: `channel` in Python (the reference and the tests read it) and `channel_sql`,
+Spark SQL text (the sessions pass computes it), so the two cannot drift apart. The text is one
+CASE the JVM parses in one call; built from `Column` objects it took hundreds of driver round
+trips on every sessions run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from sessionize_assets.sql_text import sql_string
 
 
 @dataclass(frozen=True)
@@ -84,24 +85,25 @@ def channel(
     return DIRECT
 
 
-def channel_column(
-    *, utm_source: Column, utm_medium: Column, referrer_host: Column, landing_host: Column
-) -> Column:
-    """`channel` as a Spark expression over these columns (strings, null when not set)."""
-    medium = F.lower(utm_medium)
-    host = F.when(~referrer_host.eqNullSafe(landing_host), referrer_host)
-    result = F.lit(DIRECT)
-    for rule in reversed(CHANNEL_RULES):
-        holds = F.lit(False)
+def channel_sql(*, utm_source: str, utm_medium: str, referrer_host: str, landing_host: str) -> str:
+    """`channel` as Spark SQL text over these expressions (SQL text of string values, null
+    when not set)."""
+    medium = f"lower({utm_medium})"
+    host = f"(CASE WHEN NOT ({referrer_host} <=> {landing_host}) THEN {referrer_host} END)"
+    branches = []
+    for rule in CHANNEL_RULES:
+        holds = []
         if rule.mediums:
-            holds = holds | medium.isin(*rule.mediums)
+            holds.append(f"{medium} IN ({', '.join(map(sql_string, rule.mediums))})")
         if rule.hosts:
-            holds = holds | host.isin(*rule.hosts)
-        for prefix in rule.host_prefixes:
-            holds = holds | host.startswith(prefix)
+            holds.append(f"{host} IN ({', '.join(map(sql_string, rule.hosts))})")
+        holds.extend(f"startswith({host}, {sql_string(p)})" for p in rule.host_prefixes)
         if rule.any_host:
-            holds = holds | host.isNotNull()
+            holds.append(f"{host} IS NOT NULL")
         if rule.any_campaign:
-            holds = holds | utm_source.isNotNull() | utm_medium.isNotNull()
-        result = F.when(F.coalesce(holds, F.lit(False)), F.lit(rule.channel)).otherwise(result)
-    return result
+            holds.append(f"{utm_source} IS NOT NULL OR {utm_medium} IS NOT NULL")
+        branches.append(
+            f"WHEN coalesce({' OR '.join(f'({h})' for h in holds)}, false) "
+            f"THEN {sql_string(rule.channel)}"
+        )
+    return f"CASE {' '.join(branches)} ELSE {sql_string(DIRECT)} END"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from sessionize_assets.transforms.channels import CHANNELS, channel, channel_column
+from sessionize_assets.transforms.channels import CHANNELS, channel, channel_sql
 
 # (utm_source, utm_medium, referrer_host, landing_host) -> channel
 CASES = [
@@ -48,11 +48,13 @@ def test_the_spark_expression_agrees_with_the_rules(spark):
     )
     got = frame.select(
         "i",
-        channel_column(
-            utm_source=F.col("utm_source"),
-            utm_medium=F.col("utm_medium"),
-            referrer_host=F.col("referrer_host"),
-            landing_host=F.col("landing"),
+        F.expr(
+            channel_sql(
+                utm_source="utm_source",
+                utm_medium="utm_medium",
+                referrer_host="referrer_host",
+                landing_host="landing",
+            )
         ).alias("channel"),
     ).collect()
     assert [r.channel for r in sorted(got, key=lambda r: r.i)] == [e for _, e in CASES]
