@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sessionize_assets.checks.rules import (
+    SESSION_CHECK_COLUMNS,
     Finding,
     Violations,
     duplicate_event_ids,
@@ -251,13 +252,19 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         context, store, selected = step.context, step.store, step.selected
         sessions_written = written(context, store, SESSIONS)
         quarantine_written = written(context, store, SESSION_QUARANTINE)
-        # The rows the run changed. A rewritten file also holds the rows it copied over as they
-        # were (the file's other users): the runs that wrote those checked them. The
-        # difference counts copies, so a row the run wrote twice stays in it.
+        # The rows the run changed, as the rules see them (`SESSION_CHECK_COLUMNS`). A
+        # rewritten file also holds the rows it copied over as they were (the file's other
+        # users), and a row whose attributes alone changed is, for the rules, the row it
+        # replaced: the runs that wrote those checked them. The difference counts copies, so
+        # a row the run wrote twice stays in it.
         changed = (
             step.cache(
-                store.read_files(SESSIONS, sessions_written.added).exceptAll(
-                    store.read_files(SESSIONS, sessions_written.removed)
+                store.read_files(SESSIONS, sessions_written.added)
+                .select(*SESSION_CHECK_COLUMNS)
+                .exceptAll(
+                    store.read_files(SESSIONS, sessions_written.removed).select(
+                        *SESSION_CHECK_COLUMNS
+                    )
                 )
             )
             if sessions_written and sessions_written.added

@@ -20,6 +20,19 @@ from sessionize_assets.transforms.lifecycle import STATES
 from sessionize_assets.transforms.validation import DEDUP
 
 _SAMPLE = 5
+# The `sessions` columns the sessions rules read (`overlapping_sessions`, `malformed_sessions`,
+# `quarantine_mismatch`): a check selects these before it caches or compares rows, so the
+# attributes (SPEC §3b) are never read for it.
+SESSION_CHECK_COLUMNS = (
+    "session_id",
+    "user_id",
+    "session_date",
+    "session_start",
+    "session_end",
+    "duration_seconds",
+    "event_count",
+    "is_quarantined",
+)
 
 
 @dataclass(frozen=True)
