@@ -32,6 +32,11 @@ DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
+    # Spark compiles each query's generated code, and keeps the classes by their source text;
+    # its default of 100 holds less than one sessions run's ~150, so a run recompiled the
+    # same code (about 10 ms a class) and a process running batch after batch recompiled
+    # all of it. Compiled classes are small (metaspace, not heap).
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 # Local mode only, where every job is scheduling overhead on the same few cores:
 # - Reads name their files (from the Delta log), and Spark lists more than 32 paths with a
