@@ -24,15 +24,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.store import (
-    AppTransaction,
-    CommitInfo,
-    DeltaStore,
-    LakeError,
-)
+from sessionize_assets.lake.store import AppTransaction, CommitInfo, DeltaStore, LakeError
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
 from sessionize_assets.pipeline.versions import signed_rows
-from sessionize_assets.sql_text import sql_identifier
+from sessionize_assets.sql_text import sql_identifier, sql_string
 
 SESSIONS_LOGGED = "sessionize.session_changes.sessions_version"
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
@@ -52,7 +47,7 @@ def diff_sessions(
     label stitching gives it.
 
     The expressions are SQL text over the column names (constants of the schema, quoted), a
-    few JVM calls in all: built column by column, the 27 columns of `sessions` cost some
+    few JVM calls in all: built column by column, the logged columns of `sessions` cost some
     2,000 calls, half a second of driver time on every sessions run.
     """
     row = "struct(" + ", ".join(sql_identifier(c) for c in columns) + ")"
@@ -67,7 +62,8 @@ def diff_sessions(
 
     def entry(name: str, change: str) -> str:
         fields = ", ".join(f"{name}.{sql_identifier(c)} AS {sql_identifier(c)}" for c in columns)
-        return f"CASE WHEN {name} IS NOT NULL THEN struct({fields}, '{change}' AS change) END"
+        tagged = f"struct({fields}, {sql_string(change)} AS change)"
+        return f"CASE WHEN {name} IS NOT NULL THEN {tagged} END"
 
     entries = f"array({entry('_old', 'removed')}, {entry('_new', 'added')})"
     return differs.selectExpr(f"inline(filter({entries}, e -> e IS NOT NULL))")
