@@ -9,6 +9,8 @@ from data or partitions stay `Column` literals.
 
 from __future__ import annotations
 
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+
 
 def sql_identifier(name: str) -> str:
     """A column name as Spark SQL text: backquoted, a backquote in it doubled, so no name can
@@ -21,3 +23,28 @@ def sql_string(value: str) -> str:
     """A string constant as a Spark SQL literal: single-quoted, with backslashes and quotes
     escaped (Spark's default parser reads backslash escapes in literals)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def sql_type(data_type: DataType) -> str:
+    """A Spark type as SQL text that parses back to an equal type (struct field names quoted,
+    their nullability kept; field metadata is not written), or `ValueError` for the array and
+    map types SQL text cannot state. A cast of a whole row to text types is one JVM call,
+    where `Column.cast(DataType)` sends each type to the JVM on its own."""
+    if isinstance(data_type, StructType):
+        fields = ", ".join(
+            sql_identifier(field.name)
+            + ": "
+            + sql_type(field.dataType)
+            + ("" if field.nullable else " NOT NULL")
+            for field in data_type.fields
+        )
+        return f"STRUCT<{fields}>"
+    if isinstance(data_type, ArrayType):
+        if not data_type.containsNull:
+            raise ValueError(f"no SQL text for an array without nulls: {data_type}")
+        return f"ARRAY<{sql_type(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        if not data_type.valueContainsNull:
+            raise ValueError(f"no SQL text for a map without null values: {data_type}")
+        return f"MAP<{sql_type(data_type.keyType)}, {sql_type(data_type.valueType)}>"
+    return data_type.simpleString()

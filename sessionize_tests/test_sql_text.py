@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    DecimalType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from sessionize_assets.sql_text import sql_identifier, sql_string
+from sessionize_assets.lake.tables import ALL_TABLES
+from sessionize_assets.sql_text import sql_identifier, sql_string, sql_type
 
 AWKWARD = ["plain", "it's", "back\\slash", "quote ' and \\' both", "tick ` mark", "", "new\nline"]
 
@@ -23,3 +35,36 @@ def test_a_column_name_selects_that_column(spark):
     frame = spark.createDataFrame([tuple(range(len(names)))], names)
     row = frame.select(*(F.expr(sql_identifier(name)) for name in reversed(names))).first()
     assert list(row) == list(reversed(range(len(names))))
+
+
+AWKWARD_TYPES = [
+    StructType(
+        [
+            StructField("tick ` mark", StringType()),
+            StructField("required", IntegerType(), nullable=False),
+            StructField("nested", StructType([StructField("select", DecimalType(12, 3))])),
+        ]
+    ),
+    ArrayType(StructType([StructField("a b", TimestampType(), nullable=False)])),
+    MapType(StringType(), ArrayType(IntegerType())),
+]
+
+
+def _cast_type(spark, text):
+    return spark.range(1).selectExpr(f"CAST(NULL AS {text}) AS v").schema["v"].dataType
+
+
+@pytest.mark.parametrize("data_type", AWKWARD_TYPES, ids=lambda t: t.typeName())
+def test_a_type_reads_back_as_itself(spark, data_type):
+    assert _cast_type(spark, sql_type(data_type)) == data_type
+
+
+def test_every_table_type_reads_back_as_itself(spark):
+    types = {field.dataType for spec in ALL_TABLES for field in spec.schema}
+    assert StructType in {type(t) for t in types}  # the campaign struct of events
+    assert {t: _cast_type(spark, sql_type(t)) for t in types} == {t: t for t in types}
+
+
+def test_a_type_sql_cannot_state_is_refused():
+    with pytest.raises(ValueError, match="array without nulls"):
+        sql_type(ArrayType(StringType(), containsNull=False))
