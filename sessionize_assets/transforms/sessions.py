@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from datetime import date, timedelta
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sessionize_assets.sql_text import sql_identifier, sql_string
 from sessionize_assets.transforms.attributes import (
     DEVICE_FIELDS,
     EVENT_ATTRIBUTE_COLUMNS,
@@ -39,29 +40,38 @@ def _micros(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _struct(fields: Iterable[str]) -> str:
+    return f"struct({', '.join(map(sql_identifier, fields))})"
+
+
 def chains(events: DataFrame, *, gap: timedelta, max_length: timedelta) -> DataFrame:
-    """Each event with its chain's start and whether it falls within start + L.
+    """Each event with its chain's start and whether it falls within start + L, and its place
+    in the user's ordering (`_seq`).
 
     A chain starts at a user's first event and at every event more than `gap` after the
     previous one (ordered by event_ts, event_id); exactly `gap` apart stays in the chain.
     """
-    order = Window.partitionBy("user_id").orderBy("event_ts", "event_id")
-    so_far = order.rowsBetween(Window.unboundedPreceding, 0)
-    ts = F.unix_micros("event_ts")
-    previous = F.lag(ts).over(order)
-    starts = previous.isNull() | ((ts - previous) > F.lit(_micros(gap)))
-    # Both running aggregates share the one ordering (one sort): the chain's number counts the
-    # starts so far, and its start is the latest start so far (timestamps never decrease
-    # along the ordering).
+    # Everything here shares the one ordering (one sort): an event's place in it (`_seq`, what
+    # the attributes are picked by), the chain's number, which counts the starts so far, and
+    # its start, the latest start so far (timestamps never decrease along the ordering).
+    # SQL text over our own names: three analysed plans where each `withColumn` was one.
+    order = "PARTITION BY user_id ORDER BY event_ts, event_id"
+    so_far = f"({order} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    ts = "unix_micros(event_ts)"
+    previous = f"lag({ts}) OVER ({order})"
     return (
-        events.withColumn("_ts", ts)
-        .withColumn("_starts", starts)
-        .withColumn("chain", F.sum(F.col("_starts").cast("long")).over(so_far))
-        .withColumn("chain_start_us", F.max(F.when(F.col("_starts"), F.col("_ts"))).over(so_far))
-        .drop("_starts")
-        .withColumn(
-            "included", F.col("_ts") <= F.col("chain_start_us") + F.lit(_micros(max_length))
+        events.selectExpr(
+            "*",
+            f"{ts} AS _ts",
+            f"row_number() OVER ({order}) AS _seq",
+            f"{previous} IS NULL OR {ts} - {previous} > {_micros(gap)} AS _starts",
         )
+        .selectExpr(
+            "*",
+            f"sum(CAST(_starts AS BIGINT)) OVER {so_far} AS chain",
+            f"max(CASE WHEN _starts THEN _ts END) OVER {so_far} AS chain_start_us",
+        )
+        .selectExpr("*", f"_ts <= chain_start_us + {_micros(max_length)} AS included")
     )
 
 
@@ -80,81 +90,85 @@ def build_sessions(
     first date through `max_length + gap` after the last (see partitions.py), with the
     columns of `SESSION_EVENT_COLUMNS`.
     """
-    chained = chains(events, gap=gap, max_length=max_length)
-    per_chain = chained.groupBy("user_id", "chain").agg(
-        F.timestamp_micros(F.min("_ts")).alias("session_start"),
-        F.timestamp_micros(F.max(F.when(F.col("included"), F.col("_ts")))).alias("session_end"),
-        F.count(F.when(F.col("included"), 1)).alias("event_count"),
-        F.count(F.when(~F.col("included"), 1)).alias("excluded_events"),
-        F.timestamp_micros(F.max("_ts")).alias("chain_end"),
-        F.min("chain_start_us").alias("_start_us"),
-        *_attribute_aggregates(conversion_events),
+    per_chain = (
+        chains(events, gap=gap, max_length=max_length)
+        .groupBy("user_id", "chain")
+        .agg(
+            *(
+                F.expr(text)
+                for text in (
+                    "timestamp_micros(min(_ts)) AS session_start",
+                    "timestamp_micros(max(CASE WHEN included THEN _ts END)) AS session_end",
+                    "count(CASE WHEN included THEN 1 END) AS event_count",
+                    "count(CASE WHEN NOT included THEN 1 END) AS excluded_events",
+                    "timestamp_micros(max(_ts)) AS chain_end",
+                    "min(chain_start_us) AS _start_us",
+                    *_attribute_aggregates(conversion_events),
+                )
+            )
+        )
     )
-    sessions = per_chain.withColumn("session_date", F.to_date("session_start"))
+    sessions = per_chain.selectExpr(
+        "*",
+        "to_date(session_start) AS session_date",
+        "substring(sha2(concat_ws('|', user_id, CAST(_start_us AS STRING)), 256), 1, 32)"
+        " AS session_id",
+        "excluded_events > 0 AS is_quarantined",
+    )
     if session_dates is not None:
+        # Partition values stay Column literals, never SQL text.
         sessions = sessions.where(F.col("session_date").isin(sorted(set(session_dates))))
-    sessions = sessions.withColumn(
-        "session_id",
-        F.substring(
-            F.sha2(F.concat_ws("|", "user_id", F.col("_start_us").cast("string")), 256), 1, 32
-        ),
-    ).withColumn("is_quarantined", F.col("excluded_events") > 0)
-    number = Window.partitionBy("user_id", "session_date").orderBy("session_start")
-    out = sessions.select(
+    number = "PARTITION BY user_id, session_date ORDER BY session_start"
+    out = sessions.selectExpr(
         "session_id",
         "user_id",
         "session_date",
         "session_start",
         "session_end",
-        (
-            (F.unix_micros("session_end") - F.unix_micros("session_start")).cast("double") / 1e6
-        ).alias("duration_seconds"),
-        F.col("event_count").cast("long").alias("event_count"),
-        F.row_number().over(number).cast("int").alias("session_number"),
+        "CAST(unix_micros(session_end) - unix_micros(session_start) AS DOUBLE) / 1e6"
+        " AS duration_seconds",
+        "CAST(event_count AS BIGINT) AS event_count",
+        f"CAST(row_number() OVER ({number}) AS INT) AS session_number",
         "is_quarantined",
         *_attribute_columns(),
     )
-    quarantine = sessions.where("is_quarantined").select(
+    quarantine = sessions.where("is_quarantined").selectExpr(
         "session_id",
         "user_id",
         "session_date",
         "session_start",
-        F.timestamp_micros(F.col("_start_us") + F.lit(_micros(max_length))).alias("capped_at"),
+        f"timestamp_micros(_start_us + {_micros(max_length)}) AS capped_at",
         "chain_end",
-        F.col("excluded_events").cast("long").alias("excluded_events"),
-        F.lit(QUARANTINE_REASON).alias("reason"),
+        "CAST(excluded_events AS BIGINT) AS excluded_events",
+        f"{sql_string(QUARANTINE_REASON)} AS reason",
     )
     return out, quarantine
 
 
-def _attribute_aggregates(conversion_events: Collection[str]) -> list[Column]:
+def _attribute_aggregates(conversion_events: Collection[str]) -> list[str]:
     """What a session's attributes are picked from, over its included events, in the chain's
-    aggregation (no pass of their own): min_by / max_by on (event_ts, event_id), where an
+    aggregation (no pass of their own), as SQL text: min_by / max_by on the event's place in
+    the (event_ts, event_id) ordering, a long that compares faster than the pair, where an
     ordering left null (an event that does not qualify) is skipped."""
-    included = F.col("included")
-    order = F.struct("_ts", "event_id")
-    page = included & (F.col("event_type") == PAGE)
-    conversion = (F.col("event_type") == "track") & F.col("event_name").isin(
-        *sorted(conversion_events)
-    )
+    page = f"included AND event_type = {sql_string(PAGE)}"
+    page_view = f"event_type IN ({', '.join(map(sql_string, PAGE_VIEW_TYPES))})"
+    # No conversion events configured: nothing converts (`IN ()` is not SQL).
+    names = ", ".join(map(sql_string, sorted(conversion_events))) or "NULL"
+    conversion = f"event_type = 'track' AND event_name IN ({names})"
     return [
-        F.count(F.when(included & F.col("event_type").isin(*PAGE_VIEW_TYPES), 1)).alias(
-            "page_views"
-        ),
-        F.count(F.when(included & conversion, 1)).alias("conversions"),
-        F.min_by(F.struct(*PAGE_FIELDS, "url_campaign"), F.when(page, order)).alias("_landing"),
-        F.max_by(F.col("page_url"), F.when(page, order)).alias("exit_page_url"),
-        F.min_by(F.col("campaign"), F.when(included & F.col("campaign").isNotNull(), order)).alias(
-            "_campaign"
-        ),
-        F.min_by(F.struct(*DEVICE_FIELDS), F.when(included, order)).alias("_first"),
+        f"count(CASE WHEN included AND {page_view} THEN 1 END) AS page_views",
+        f"count(CASE WHEN included AND {conversion} THEN 1 END) AS conversions",
+        f"min_by({_struct((*PAGE_FIELDS, 'url_campaign'))}, CASE WHEN {page} THEN _seq END)"
+        " AS _landing",
+        f"max_by(page_url, CASE WHEN {page} THEN _seq END) AS exit_page_url",
+        "min_by(campaign, CASE WHEN included AND campaign IS NOT NULL THEN _seq END) AS _campaign",
+        f"min_by({_struct(DEVICE_FIELDS)}, CASE WHEN included THEN _seq END) AS _first",
     ]
 
 
-def _attribute_columns() -> list[Column]:
-    """The attribute columns of `sessions` from `_attribute_aggregates`: the campaign is the
-    first event's with one, else the landing page URL's parameters. SQL text over our own
-    column names (`sql_text`): a few JVM calls instead of hundreds on every run."""
+def _attribute_columns() -> list[str]:
+    """The attribute columns of `sessions` from `_attribute_aggregates`, as SQL text: the
+    campaign is the first event's with one, else the landing page URL's parameters."""
     utm = "coalesce(_campaign, _landing.url_campaign)"
     duration_us = "unix_micros(session_end) - unix_micros(session_start)"
     channel = channel_sql(
@@ -168,19 +182,16 @@ def _attribute_columns() -> list[Column]:
         " OR conversions >= 1"
     )
     return [
-        F.expr(text)
-        for text in (
-            "CAST(page_views AS BIGINT) AS page_views",
-            "CAST(conversions AS BIGINT) AS conversions",
-            "_landing.page_url AS landing_page_url",
-            "_landing.page_path AS landing_page_path",
-            "exit_page_url",
-            "_landing.page_referrer AS referrer",
-            "_landing.referrer_host AS referrer_host",
-            *(f"{utm}.{name} AS {name}" for name in UTM_FIELDS),
-            f"{channel} AS channel",
-            f"({engaged}) AS is_engaged",
-            "_first.device_type AS device_type",
-            "_first.os_name AS os_name",
-        )
+        "CAST(page_views AS BIGINT) AS page_views",
+        "CAST(conversions AS BIGINT) AS conversions",
+        "_landing.page_url AS landing_page_url",
+        "_landing.page_path AS landing_page_path",
+        "exit_page_url",
+        "_landing.page_referrer AS referrer",
+        "_landing.referrer_host AS referrer_host",
+        *(f"{utm}.{name} AS {name}" for name in UTM_FIELDS),
+        f"{channel} AS channel",
+        f"({engaged}) AS is_engaged",
+        "_first.device_type AS device_type",
+        "_first.os_name AS os_name",
     ]
