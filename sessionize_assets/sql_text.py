@@ -2,9 +2,9 @@
 
 A query built from `Column` objects costs a JVM round trip per operator; a wide one (a struct
 of every logged column, the channel rules' CASE) costs hundreds of them, on the driver, on
-every run. Text written here is parsed by Spark once. Only names and constants of the code go
-into it, each quoted here, so no value can change an expression's shape; values that come
-from data or partitions stay `Column` literals.
+every run. Text written here is parsed by Spark once. Only names, the code's constants and
+settings go into it, each quoted here, so no value can change an expression's shape; values
+that come from data or partitions stay `Column` literals.
 """
 
 from __future__ import annotations
