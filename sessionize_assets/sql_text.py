@@ -26,10 +26,11 @@ def sql_string(value: str) -> str:
 
 
 def sql_type(data_type: DataType) -> str:
-    """A Spark type as SQL text that parses back to an equal type (struct field names quoted,
-    their nullability kept; field metadata is not written), or `ValueError` for the array and
-    map types SQL text cannot state. A cast of a whole row to text types is one JVM call,
-    where `Column.cast(DataType)` sends each type to the JVM on its own."""
+    """A table column's Spark type as SQL text that parses back to an equal type: an atomic
+    type, or a struct of them (field names quoted, their nullability kept; field metadata is
+    not written); `ValueError` for other types, which no table holds. A cast of a whole row
+    to text types is one JVM call, where `Column.cast(DataType)` sends each type to the JVM
+    on its own."""
     if isinstance(data_type, StructType):
         fields = ", ".join(
             sql_identifier(field.name)
@@ -39,12 +40,6 @@ def sql_type(data_type: DataType) -> str:
             for field in data_type.fields
         )
         return f"STRUCT<{fields}>"
-    if isinstance(data_type, ArrayType):
-        if not data_type.containsNull:
-            raise ValueError(f"no SQL text for an array without nulls: {data_type}")
-        return f"ARRAY<{sql_type(data_type.elementType)}>"
-    if isinstance(data_type, MapType):
-        if not data_type.valueContainsNull:
-            raise ValueError(f"no SQL text for a map without null values: {data_type}")
-        return f"MAP<{sql_type(data_type.keyType)}, {sql_type(data_type.valueType)}>"
+    if isinstance(data_type, (ArrayType, MapType)):
+        raise ValueError(f"no SQL text for a table column of type {data_type.simpleString()}")
     return data_type.simpleString()

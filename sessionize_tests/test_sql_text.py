@@ -43,10 +43,10 @@ AWKWARD_TYPES = [
             StructField("tick ` mark", StringType()),
             StructField("required", IntegerType(), nullable=False),
             StructField("nested", StructType([StructField("select", DecimalType(12, 3))])),
+            StructField("a b", TimestampType(), nullable=False),
         ]
     ),
-    ArrayType(StructType([StructField("a b", TimestampType(), nullable=False)])),
-    MapType(StringType(), ArrayType(IntegerType())),
+    DecimalType(38, 0),
 ]
 
 
@@ -65,6 +65,11 @@ def test_every_table_type_reads_back_as_itself(spark):
     assert {t: _cast_type(spark, sql_type(t)) for t in types} == {t: t for t in types}
 
 
-def test_a_type_sql_cannot_state_is_refused():
-    with pytest.raises(ValueError, match="array without nulls"):
-        sql_type(ArrayType(StringType(), containsNull=False))
+@pytest.mark.parametrize(
+    "data_type",
+    [ArrayType(StringType(), containsNull=False), MapType(StringType(), IntegerType())],
+    ids=lambda t: t.typeName(),
+)
+def test_a_type_no_table_holds_is_refused(data_type):
+    with pytest.raises(ValueError, match="no SQL text for a table column"):
+        sql_type(data_type)
