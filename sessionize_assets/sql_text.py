@@ -9,6 +9,8 @@ that come from data or partitions stay `Column` literals.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 
@@ -23,6 +25,11 @@ def sql_string(value: str) -> str:
     """A string constant as a Spark SQL literal: single-quoted, with backslashes and quotes
     escaped (Spark's default parser reads backslash escapes in literals)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def sql_struct(names: Iterable[str]) -> str:
+    """A struct of these columns as Spark SQL text, its fields named as the columns."""
+    return f"struct({', '.join(map(sql_identifier, names))})"
 
 
 def sql_type(data_type: DataType) -> str:

@@ -27,7 +27,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from sessionize_assets.lake.store import AppTransaction, CommitInfo, DeltaStore, LakeError
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
 from sessionize_assets.pipeline.versions import signed_rows
-from sessionize_assets.sql_text import sql_identifier, sql_string
+from sessionize_assets.sql_text import sql_identifier, sql_string, sql_struct
 
 SESSIONS_LOGGED = "sessionize.session_changes.sessions_version"
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
@@ -50,7 +50,7 @@ def diff_sessions(
     few JVM calls in all: built column by column, the logged columns of `sessions` cost some
     2,000 calls, half a second of driver time on every sessions run.
     """
-    row = "struct(" + ", ".join(sql_identifier(c) for c in columns) + ")"
+    row = sql_struct(columns)
     held = old.groupBy("session_id").agg(
         F.expr(f"min({row})").alias("_old"), F.count(F.lit(1)).alias("_copies")
     )

@@ -8,7 +8,7 @@ from datetime import date, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sessionize_assets.sql_text import sql_identifier, sql_string
+from sessionize_assets.sql_text import sql_string, sql_struct
 from sessionize_assets.transforms.attributes import (
     DEVICE_FIELDS,
     EVENT_ATTRIBUTE_COLUMNS,
@@ -31,6 +31,8 @@ SESSION_EVENT_COLUMNS = (
 # SPEC §3b: page views are these types; the landing and exit pages are `page` events'.
 PAGE_VIEW_TYPES = ("page", "screen")
 PAGE = "page"
+# SPEC §3b: conversions are `track` events named in SESSIONIZE_CONVERSION_EVENTS.
+TRACK = "track"
 # GA4's engaged session: this long, or this many page views, or a conversion.
 ENGAGED_SECONDS = 10
 ENGAGED_PAGE_VIEWS = 2
@@ -38,10 +40,6 @@ ENGAGED_PAGE_VIEWS = 2
 
 def _micros(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _struct(fields: Iterable[str]) -> str:
-    return f"struct({', '.join(map(sql_identifier, fields))})"
 
 
 def chains(events: DataFrame, *, gap: timedelta, max_length: timedelta) -> DataFrame:
@@ -154,15 +152,15 @@ def _attribute_aggregates(conversion_events: Collection[str]) -> list[str]:
     page_view = f"event_type IN ({', '.join(map(sql_string, PAGE_VIEW_TYPES))})"
     # No conversion events configured: nothing converts (`IN ()` is not SQL).
     names = ", ".join(map(sql_string, sorted(conversion_events))) or "NULL"
-    conversion = f"event_type = 'track' AND event_name IN ({names})"
+    conversion = f"event_type = {sql_string(TRACK)} AND event_name IN ({names})"
     return [
         f"count(CASE WHEN included AND {page_view} THEN 1 END) AS page_views",
         f"count(CASE WHEN included AND {conversion} THEN 1 END) AS conversions",
-        f"min_by({_struct((*PAGE_FIELDS, 'url_campaign'))}, CASE WHEN {page} THEN _seq END)"
+        f"min_by({sql_struct((*PAGE_FIELDS, 'url_campaign'))}, CASE WHEN {page} THEN _seq END)"
         " AS _landing",
         f"max_by(page_url, CASE WHEN {page} THEN _seq END) AS exit_page_url",
         "min_by(campaign, CASE WHEN included AND campaign IS NOT NULL THEN _seq END) AS _campaign",
-        f"min_by({_struct(DEVICE_FIELDS)}, CASE WHEN included THEN _seq END) AS _first",
+        f"min_by({sql_struct(DEVICE_FIELDS)}, CASE WHEN included THEN _seq END) AS _first",
     ]
 
 
