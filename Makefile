@@ -27,7 +27,7 @@ S3A_POM := maven/s3a-connector.pom.xml
 S3A_JARS_DIR := jars/s3a
 S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
 
-.PHONY: help java jars demo demo-day test lint format ui screenshot bench clean
+.PHONY: help java jars demo demo-day test lint format ui screenshot bench bench-small clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
@@ -35,7 +35,8 @@ help:
 	@echo "make ui     open the Dagster UI (dagster dev) on the demo's history"
 	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
-	@echo "make bench  the scale benchmark (BENCH_ARGS=--quick for a few minutes)"
+	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick for a few minutes)"
+	@echo "make bench-small  a small batch against a bare PySpark full recompute, by phase"
 	@echo "make jars   fetch the Delta Lake and S3 connector jars from Maven Central (make test does)"
 
 # PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
@@ -145,10 +146,16 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT) \
 		$(foreach page,$(SCREENSHOT_PAGES),--page $(page))
 
-# The scale benchmark: about 20 M events by default (an hour or more on 2 cores); prints tables.
+# The small-batch benchmark first (a few minutes: a batch of about 1,000 lines against a bare
+# PySpark recompute of the whole 8-day zone, and the batch by phase), then the scale benchmark:
+# about 20 M events by default (an hour or more on 2 cores). Both print tables.
 BENCH_ARGS ?=
-bench: java jars $(STAMP)
+BENCH_SMALL_ARGS ?=
+bench: bench-small
 	$(BIN)/python scripts/bench_scale.py $(BENCH_ARGS)
+
+bench-small: java jars $(STAMP)
+	$(BIN)/python scripts/bench_small_batch.py $(BENCH_SMALL_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

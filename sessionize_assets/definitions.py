@@ -78,6 +78,7 @@ def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, o
             lake=str(settings.lake),
             writer_lock_dir=str(settings.lake_dir.absolute()),
             backend=settings.lake_backend,
+            driver_write_bytes=settings.driver_write_bytes,
             spark=spark,
         ),
         "landing": LandingZoneResource(landing_dir=str(settings.landing_dir.absolute())),

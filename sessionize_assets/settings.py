@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
 
+from sessionize_assets.lake.embedded import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.location import Location
 
 DEFAULT_START_DATE = date(2026, 1, 1)
@@ -73,6 +74,12 @@ class Settings:
     retention: timedelta = timedelta(days=7)
     # When the maintenance schedule runs (cron, UTC); None: defined but stopped.
     maintenance_cron: str | None = DEFAULT_MAINTENANCE_CRON
+    # Up to this estimated size (bytes of the plan's inputs, as Spark's optimizer reckons them)
+    # the embedded backend collects a write's rows with Arrow and writes its Parquet files
+    # from the driver: a daily batch's few thousand rows cost one collect instead of Spark's
+    # writer job and commit protocol. Above it, and with no estimate, Spark writes them
+    # (a backfill, a rebuild: the executors scale out). 0: Spark writes everything.
+    driver_write_bytes: int = DEFAULT_DRIVER_WRITE_BYTES
 
     def __post_init__(self) -> None:
         if self.session_gap <= timedelta(0):
@@ -108,6 +115,8 @@ class Settings:
                 )
         if self.retention < timedelta(0):
             raise SettingsError(f"retention must be >= 0, got {self.retention}")
+        if self.driver_write_bytes < 0:
+            raise SettingsError(f"driver write bytes must be >= 0, got {self.driver_write_bytes}")
 
     @property
     def lake(self) -> Location:
@@ -197,6 +206,9 @@ class Settings:
                 lambda v: None if v.lower() == "off" else v,
                 defaults.maintenance_cron,
             ),
+            driver_write_bytes=read(
+                "SESSIONIZE_DRIVER_WRITE_BYTES", _non_negative_int, defaults.driver_write_bytes
+            ),
         )
 
 
@@ -223,6 +235,13 @@ def _lake_backend(raw: str) -> str:
     if raw not in LAKE_BACKENDS:
         raise ValueError(f"expected one of {', '.join(LAKE_BACKENDS)}, got {raw!r}")
     return raw
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"expected a whole number >= 0, got {raw}")
+    return value
 
 
 def _whole_seconds(raw: str) -> timedelta:

@@ -32,8 +32,10 @@ def test_environment_overrides():
             "SESSIONIZE_SENSOR_INTERVAL_SECONDS": "3",
             "SESSIONIZE_LAKE_BACKEND": "delta-spark",
             "SESSIONIZE_DELTA_JARS_DIR": "/opt/delta",
+            "SESSIONIZE_DRIVER_WRITE_BYTES": "0",
         }
     )
+    assert s.driver_write_bytes == 0
     assert s.lake_backend == "delta-spark" and s.delta_jars_dir == Path("/opt/delta")
     assert s.landing_dir == Path("/in") and s.lake_dir == Path("/lake")
     assert s.start_date == date(2026, 3, 1)
@@ -58,6 +60,8 @@ def test_environment_overrides():
         ("SESSIONIZE_SENSOR_INTERVAL_SECONDS", "0"),
         ("SESSIONIZE_SENSOR_INTERVAL_SECONDS", "2.5"),
         ("SESSIONIZE_LAKE_BACKEND", "delta"),
+        ("SESSIONIZE_DRIVER_WRITE_BYTES", "-1"),
+        ("SESSIONIZE_DRIVER_WRITE_BYTES", "16MB"),
     ],
 )
 def test_bad_values_say_which_variable(name, value):

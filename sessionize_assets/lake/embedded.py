@@ -3,8 +3,11 @@
 Spark writes each change to a staging folder under the table (ignored by Delta readers because
 it starts with `_`), the files are renamed into `col=value/` folders, and one delta-rs
 transaction adds them and removes the replaced partitions' files. Until that commit succeeds
-the table is unchanged; on failure the new files are deleted. Table data never passes through
-the driver: only Parquet footers are read, to give the log real statistics for data skipping.
+the table is unchanged; on failure the new files are deleted. Parquet footers are read to give
+the log real statistics for data skipping. A change Spark estimates small
+(`driver_write_bytes`) is collected with Arrow and its files written from the driver, in the
+same layout (`_stage`): on a daily batch that is a fifth of Spark's writer job and commit
+protocol; a large one never passes through the driver.
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ log = logging.getLogger(__name__)
 
 _COMMIT_ATTEMPTS = 5
 MAX_ROWS_PER_FILE = 2_000_000
+# A write whose plan Spark's optimizer estimates at most this size (bytes of its inputs) is
+# collected with Arrow and written from the driver (`Settings.driver_write_bytes`).
+DEFAULT_DRIVER_WRITE_BYTES = 16 << 20
 
 _Touched = tuple[str, str, int]  # a data file a rewrite replaces: path, partition value, size
 _Staged = tuple[list[_Touched], list[tuple[str, Path]]]  # those, and the new files staged
@@ -86,9 +92,16 @@ class EmbeddedDeltaStore:
     # Whether the store's own writes work on an object store (no renames, no shared folder).
     OBJECT_STORAGE = False
 
-    def __init__(self, *, spark: SparkSession, lake: Location | Path | str) -> None:
+    def __init__(
+        self,
+        *,
+        spark: SparkSession,
+        lake: Location | Path | str,
+        driver_write_bytes: int = DEFAULT_DRIVER_WRITE_BYTES,
+    ) -> None:
         self._spark = spark
         self._lake = Location.of(lake)
+        self._driver_write_bytes = driver_write_bytes
         if not (self._lake.is_local or self.OBJECT_STORAGE):
             raise LakeError(
                 f"the lake at {self._lake} is not a local or shared folder, and the embedded "
@@ -615,6 +628,25 @@ class EmbeddedDeltaStore:
         return touched, kept.select(*spec.schema.fieldNames())
 
     def _stage(self, spec: TableSpec, df: DataFrame, staging: Path) -> list[tuple[str, Path]]:
+        """Write `df` (aligned to the spec) as the files of a commit, in `staging`.
+
+        A small change is collected with Arrow (one Spark job) and written from the driver
+        (`stage_arrow`, the same layout): on a few thousand rows Spark's writer job and its
+        commit protocol cost 0.5-1 s, the collect a fifth of that. A change Spark estimates
+        above `driver_write_bytes`, or cannot estimate, is written by Spark's executors.
+        """
+        size = _estimated_bytes(df)
+        if size is not None and size <= self._driver_write_bytes:
+            schema = to_arrow_schema(spec.schema)
+            try:
+                rows = df.toArrow().select(schema.names).cast(schema)
+                return stage_arrow(spec, rows, staging) if rows.num_rows else []
+            except LakeError:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            except Exception as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise LakeError(f"{spec.name}: writing data files failed: {exc}") from exc
         try:
             # One task per partition value, sorted: its files are consecutive ranges of
             # sort_by (split every file_rows rows), not one file per upstream task.
@@ -680,6 +712,17 @@ class EmbeddedDeltaStore:
                 continue
             return self._committed(spec), removed
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
+
+
+def _estimated_bytes(df: DataFrame) -> int | None:
+    """The size Spark's optimizer reckons `df`'s plan at, from its inputs (files' sizes, a
+    local relation's rows), with no job: None where it has no estimate (Spark Connect, or
+    a source without statistics, which Spark reckons at `spark.sql.defaultSizeInBytes`)."""
+    try:
+        size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    except Exception:  # Spark Connect: no JVM plan on the client
+        return None
+    return size if size < (1 << 62) else None
 
 
 def parquet_options(spec: TableSpec) -> dict[str, str]:

@@ -47,10 +47,28 @@ def stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[st
         for first in range(at, at + count, step):
             file = folder / f"part-{uuid.uuid4().hex}.snappy.parquet"
             part = rows.slice(first, min(step, at + count - first))
-            pq.write_table(part, file, compression="snappy", coerce_timestamps="us")
+            pq.write_table(
+                part, file, compression="snappy", coerce_timestamps="us", **_layout(spec, part)
+            )
             staged.append((value, file))
         at += count
     return staged
+
+
+def _layout(spec: TableSpec, rows: pa.Table) -> dict[str, Any]:
+    """The spec's Parquet settings as Spark's writer applies them (`embedded.parquet_options`):
+    bloom filters sized for `bloom_filter_ndv` ids at Parquet's default 1% false positives,
+    and row groups of about `row_group_bytes` (Arrow counts them in rows)."""
+    layout: dict[str, Any] = {}
+    if spec.bloom_filter_columns:
+        layout["bloom_filter_options"] = {
+            column: {"ndv": spec.bloom_filter_ndv, "fpp": 0.01}
+            for column in spec.bloom_filter_columns
+        }
+    if spec.row_group_bytes and rows.num_rows:
+        per_row = max(1, rows.nbytes // rows.num_rows)
+        layout["row_group_size"] = max(1, spec.row_group_bytes // per_row)
+    return layout
 
 
 def read_files(

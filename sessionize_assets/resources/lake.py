@@ -13,7 +13,7 @@ from dagster import (
 )
 
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
-from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.embedded import DEFAULT_DRIVER_WRITE_BYTES, EmbeddedDeltaStore
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.resources.spark import SparkResource
@@ -34,11 +34,18 @@ class LakeResource(ConfigurableResource):
     lake: str
     writer_lock_dir: str
     backend: str = "embedded"
+    # `Settings.driver_write_bytes`: the embedded backend writes smaller changes from the
+    # driver with Arrow.
+    driver_write_bytes: int = DEFAULT_DRIVER_WRITE_BYTES
     spark: SparkResource
 
     def store(self) -> DeltaStore:
         """The backend's store on the run's Spark session (started here if need be)."""
-        return STORES[self.backend](spark=self.spark.session(), lake=self.lake)
+        return STORES[self.backend](
+            spark=self.spark.session(),
+            lake=self.lake,
+            driver_write_bytes=self.driver_write_bytes,
+        )
 
     def writer(
         self,

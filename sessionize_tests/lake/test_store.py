@@ -29,7 +29,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
-from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.embedded import DEFAULT_DRIVER_WRITE_BYTES, EmbeddedDeltaStore
 from sessionize_assets.lake.store import (
     NOT_CREATED,
     AppTransaction,
@@ -69,9 +69,18 @@ def frame(spark: SparkSession, data: list[tuple]):
     return spark.createDataFrame(data, SCHEMA)
 
 
-@pytest.fixture(params=[EmbeddedDeltaStore, DeltaSparkStore], ids=["embedded", "delta-spark"])
+@pytest.fixture(
+    params=[
+        (EmbeddedDeltaStore, DEFAULT_DRIVER_WRITE_BYTES),
+        # The embedded backend's other placement: Spark's writer for every change.
+        (EmbeddedDeltaStore, 0),
+        (DeltaSparkStore, DEFAULT_DRIVER_WRITE_BYTES),
+    ],
+    ids=["embedded", "embedded-spark-writer", "delta-spark"],
+)
 def store(request, spark: SparkSession, tmp_path: Path) -> EmbeddedDeltaStore:
-    return request.param(spark=spark, lake=tmp_path / "lake")
+    backend, driver_write_bytes = request.param
+    return backend(spark=spark, lake=tmp_path / "lake", driver_write_bytes=driver_write_bytes)
 
 
 def table_rows(store: EmbeddedDeltaStore) -> list[dict]:

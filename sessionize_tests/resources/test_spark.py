@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from sessionize_assets.resources.spark import SparkResource, delta_jars, s3a_jars, spark_config
+from sessionize_assets.resources.spark import (
+    SparkResource,
+    delta_jars,
+    local_cores,
+    s3a_jars,
+    spark_config,
+)
 
 
 def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
@@ -22,6 +29,21 @@ def test_required_settings_cannot_be_overridden():
     )
     with pytest.raises(ValueError, match="timeZone"):
         resource.session()
+
+
+@pytest.mark.parametrize(
+    ("master", "cores"),
+    [("local", 1), ("local[3]", 3), ("local[4,2]", 4), ("local[*]", os.cpu_count())],
+)
+def test_local_mode_has_one_shuffle_partition_per_core(master, cores):
+    assert local_cores(master) == cores
+    assert spark_config(master=master)["spark.sql.shuffle.partitions"] == str(cores)
+
+
+def test_a_cluster_keeps_eight_shuffle_partitions_and_a_setting_overrides_either():
+    assert spark_config(master="spark://host:7077")["spark.sql.shuffle.partitions"] == "8"
+    conf = {"spark.sql.shuffle.partitions": "64"}
+    assert spark_config(master="local[2]", conf=conf)["spark.sql.shuffle.partitions"] == "64"
 
 
 LAZY_START = """
