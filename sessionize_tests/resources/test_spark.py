@@ -35,9 +35,11 @@ def test_required_settings_cannot_be_overridden():
     ("master", "cores"),
     [("local", 1), ("local[3]", 3), ("local[4,2]", 4), ("local[*]", os.cpu_count())],
 )
-def test_local_mode_has_one_shuffle_partition_per_core(master, cores):
+def test_local_mode_shuffles_and_lists_files_in_one_task_per_core(master, cores):
     assert local_cores(master) == cores
-    assert spark_config(master=master)["spark.sql.shuffle.partitions"] == str(cores)
+    config = spark_config(master=master)
+    assert config["spark.sql.shuffle.partitions"] == str(cores)
+    assert config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] == str(cores)
 
 
 def test_a_cluster_keeps_eight_shuffle_partitions_and_a_setting_overrides_either():
