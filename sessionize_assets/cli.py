@@ -10,6 +10,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
@@ -129,12 +130,16 @@ def _hand_over_cursors(cursors: dict[str, str]) -> None:
     override its RUNNING default. A sensor's state is kept per code location name, so both
     go through a workspace that names the location as `workspace.yaml` does: with `-m MODULE`
     they would reach a location named after the module, which the daemon never reads.
+
+    Each command is a process that loads the code location (about 3 s): the sensors' two
+    commands run in turn, the sensors side by side, and the outcome is printed in name order.
     """
     dagster = Path(sys.executable).with_name("dagster")
     with tempfile.TemporaryDirectory(prefix="sessionize-") as folder:
         workspace = Path(folder) / "workspace.yaml"
         workspace.write_text(workspace_yaml())
-        for name, cursor in sorted(cursors.items()):
+
+        def hand_over(name: str, cursor: str) -> str:
             for command in (["cursor", name, "--set", cursor], ["start", name]):
                 done = subprocess.run(
                     [str(dagster), "sensor", *command, "-w", str(workspace)],
@@ -144,10 +149,13 @@ def _hand_over_cursors(cursors: dict[str, str]) -> None:
                 )
                 if done.returncode != 0:
                     problem = done.stderr.strip()[-500:]
-                    print(f"warning: could not hand {name} over ({command[0]}): {problem}")
-                    break
-            else:
-                print(f"{name}: cursor stored for the daemon ({cursor})")
+                    return f"warning: could not hand {name} over ({command[0]}): {problem}"
+            return f"{name}: cursor stored for the daemon ({cursor})"
+
+        with ThreadPoolExecutor(max_workers=max(1, len(cursors))) as pool:
+            outcomes = [pool.submit(hand_over, *item) for item in sorted(cursors.items())]
+            for outcome in outcomes:
+                print(outcome.result())
 
 
 def build_parser() -> argparse.ArgumentParser:
