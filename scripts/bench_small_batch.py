@@ -88,8 +88,6 @@ def install_meter() -> Meter:
     store: each call is timed once (not again inside another wrapped call)."""
     import deltalake
     import py4j.clientserver
-    from dagster import DagsterInstance as Instance
-    from deltalake import transaction
 
     meter = Meter()
     meter.wrap(py4j.clientserver.ClientServerConnection, "send_command", "jvm")
@@ -97,10 +95,7 @@ def install_meter() -> Meter:
         if callable(member) and not name.startswith("__"):
             meter.wrap(deltalake.DeltaTable, name, "delta-rs")
     meter.wrap(deltalake.DeltaTable, "__init__", "delta-rs")
-    for name in ("create_table_with_add_actions",):
-        if hasattr(transaction, name):
-            meter.wrap(transaction, name, "delta-rs")
-    meter.wrap(Instance, "handle_new_event", "Dagster events")
+    meter.wrap(DagsterInstance, "handle_new_event", "Dagster events")
     return meter
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
 
-from sessionize_assets.lake.embedded import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.location import Location
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 
 DEFAULT_START_DATE = date(2026, 1, 1)
 # A longer landing line is rejected as line_too_long (kept whole in rejected_events).

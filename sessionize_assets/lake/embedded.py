@@ -56,6 +56,7 @@ from sessionize_assets.lake.log_files import (
 )
 from sessionize_assets.lake.maintenance import STAGING_DIR, maintain_table
 from sessionize_assets.lake.parquet_files import read_files, stage_arrow
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.store import (
     NOT_CREATED,
     AppTransaction,
@@ -74,9 +75,6 @@ log = logging.getLogger(__name__)
 
 _COMMIT_ATTEMPTS = 5
 MAX_ROWS_PER_FILE = 2_000_000
-# A write whose plan Spark's optimizer estimates at most this size (bytes of its inputs) is
-# collected with Arrow and written from the driver (`Settings.driver_write_bytes`).
-DEFAULT_DRIVER_WRITE_BYTES = 16 << 20
 
 _Touched = tuple[str, str, int]  # a data file a rewrite replaces: path, partition value, size
 _Staged = tuple[list[_Touched], list[tuple[str, Path]]]  # those, and the new files staged
@@ -636,18 +634,10 @@ class EmbeddedDeltaStore:
         above `driver_write_bytes`, or cannot estimate, is written by Spark's executors.
         """
         size = _estimated_bytes(df)
-        if size is not None and size <= self._driver_write_bytes:
-            schema = to_arrow_schema(spec.schema)
-            try:
-                rows = df.toArrow().select(schema.names).cast(schema)
-                return stage_arrow(spec, rows, staging) if rows.num_rows else []
-            except LakeError:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-            except Exception as exc:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise LakeError(f"{spec.name}: writing data files failed: {exc}") from exc
         try:
+            if size is not None and size <= self._driver_write_bytes:
+                schema = to_arrow_schema(spec.schema)
+                return stage_arrow(spec, df.toArrow().select(schema.names).cast(schema), staging)
             # One task per partition value, sorted: its files are consecutive ranges of
             # sort_by (split every file_rows rows), not one file per upstream task.
             (
@@ -658,6 +648,9 @@ class EmbeddedDeltaStore:
                 .partitionBy(spec.partition_by)
                 .parquet(str(staging))
             )
+        except LakeError:  # stage_arrow's: rows with a null partition value
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         except Exception as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise LakeError(f"{spec.name}: writing data files failed: {exc}") from exc

@@ -13,7 +13,8 @@ from dagster import (
 )
 
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
-from sessionize_assets.lake.embedded import DEFAULT_DRIVER_WRITE_BYTES, EmbeddedDeltaStore
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.resources.spark import SparkResource

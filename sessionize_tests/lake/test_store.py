@@ -29,7 +29,8 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
-from sessionize_assets.lake.embedded import DEFAULT_DRIVER_WRITE_BYTES, EmbeddedDeltaStore
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.store import (
     NOT_CREATED,
     AppTransaction,
