@@ -11,7 +11,7 @@ from datetime import date, datetime, timedelta
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
-from pyspark.sql import functions as F
+from pyspark.sql import Row
 
 from sessionize_assets.checks import scope as check_scope
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
@@ -50,6 +50,7 @@ from sessionize_tests.reference import (
     reference_validate,
     stitched,
 )
+from sessionize_tests.table_rows import table_rows
 
 # Minutes of batches in all: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -65,7 +66,7 @@ def intervals(store: EmbeddedDeltaStore) -> set[tuple]:
     """user_lifecycle_state as (user, state, valid_from, valid_to), None for an open stretch."""
     return {
         (r.user_id, r.state, r.valid_from, None if r.valid_to == OPEN_END else r.valid_to)
-        for r in store.read(USER_LIFECYCLE_STATE).collect()
+        for r in table_rows(store, USER_LIFECYCLE_STATE)
     }
 
 
@@ -88,7 +89,7 @@ def assert_lifecycle_equals_full_recompute(
     assert states == expected_states
     rows = sorted(
         (r.snapshot_date, r.state, r.users, r.entered, r.exited)
-        for r in store.read(USER_LIFECYCLE_SNAPSHOT).collect()
+        for r in table_rows(store, USER_LIFECYCLE_SNAPSHOT)
     )
     assert rows == expected_rows
 
@@ -141,7 +142,9 @@ class Pipeline:
             run_id=f"run-{self.runs}",
         )
 
-    def sessions(self) -> list[tuple]:
+    def sessions(self, rows: list[Row] | None = None) -> list[tuple]:
+        """The sessions as (user, start, end, events, number, quarantined), of the table or
+        of `rows` read from it."""
         return sorted(
             (
                 r.user_id,
@@ -151,17 +154,17 @@ class Pipeline:
                 r.session_number,
                 r.is_quarantined,
             )
-            for r in self.store.read(SESSIONS).collect()
+            for r in (table_rows(self.store, SESSIONS) if rows is None else rows)
         )
 
     def assert_equals_full_recompute(self) -> None:
         ref = reference_validate(self.settings.landing_dir, self.settings.start_date)
-        events = {r.event_id: r for r in self.store.read(EVENTS).collect()}
+        events = {r.event_id: r for r in table_rows(self.store, EVENTS)}
         assert set(events) == set(ref.winners)
         for event_id, winner in ref.winners.items():
             assert events[event_id].received_date == winner.received_date
             assert events[event_id].event_ts == winner.ts.replace(tzinfo=None)
-        rejected = Counter(r.reason for r in self.store.read(REJECTED_EVENTS).collect())
+        rejected = Counter(r.reason for r in table_rows(self.store, REJECTED_EVENTS))
         assert rejected == ref.rejections
         ref_sessions = reference_sessions(
             ref.winners,
@@ -180,7 +183,8 @@ class Pipeline:
             )
             for s in ref_sessions
         )
-        assert self.sessions() == expected
+        sessions = table_rows(self.store, SESSIONS)
+        assert self.sessions(sessions) == expected
         # SPEC §3b and §3c: every attribute of every session, and its stitched user.
         identities = reference_identities(ref.winners)
         assert self.identities() == {
@@ -192,7 +196,7 @@ class Pipeline:
                 *(r[name] for name in SESSION_ATTRIBUTES),
                 r.stitched_user_id,
             )
-            for r in self.store.read(SESSIONS).collect()
+            for r in sessions
         } == {
             (s.user_id, s.session_start.replace(tzinfo=None)): (
                 *(s.attributes[name] for name in SESSION_ATTRIBUTES),
@@ -200,10 +204,8 @@ class Pipeline:
             )
             for s in ref_sessions
         }
-        quarantined = {r.session_id for r in self.store.read(SESSION_QUARANTINE).collect()}
-        flagged = {
-            r.session_id for r in self.store.read(SESSIONS).where("is_quarantined").collect()
-        }
+        quarantined = {r.session_id for r in table_rows(self.store, SESSION_QUARANTINE)}
+        flagged = {r.session_id for r in sessions if r.is_quarantined}
         assert quarantined == flagged
         assert_lifecycle_equals_full_recompute(
             self.store,
@@ -213,28 +215,34 @@ class Pipeline:
 
     def identities(self) -> dict[str, tuple[str, datetime]]:
         """user_identities as anonymous_id: (user_id, identified_at)."""
-        if not self.store.exists(USER_IDENTITIES):
-            return {}
         return {
             r.anonymous_id: (r.user_id, r.identified_at)
-            for r in self.store.read(USER_IDENTITIES).collect()
+            for r in table_rows(self.store, USER_IDENTITIES)
         }
 
     def stitched(self) -> dict[tuple[str, str], str]:
         """(user key, session start) -> stitched_user_id of every session."""
         return {
             (r.user_id, r.session_start.isoformat(sep=" ")): r.stitched_user_id
-            for r in self.store.read(SESSIONS).collect()
+            for r in table_rows(self.store, SESSIONS)
         }
 
     def lifecycle(self, snapshot_date: date) -> dict[str, tuple[int, int, int]]:
         """The snapshot of one day: (users, entered, exited) for the states not all zero."""
-        rows = self.store.read(USER_LIFECYCLE_SNAPSHOT, partitions=[snapshot_date]).collect()
-        return {r.state: (r.users, r.entered, r.exited) for r in rows if r.users or r.exited}
+        rows = table_rows(self.store, USER_LIFECYCLE_SNAPSHOT)
+        return {
+            r.state: (r.users, r.entered, r.exited)
+            for r in rows
+            if r.snapshot_date == snapshot_date and (r.users or r.exited)
+        }
 
     def changes(self, run: str) -> list[tuple]:
-        rows = self.store.read(SESSION_CHANGES).where(F.col("run_id") == run).collect()
-        return sorted((r.change, r.session_start.isoformat(sep=" "), r.event_count) for r in rows)
+        rows = table_rows(self.store, SESSION_CHANGES)
+        return sorted(
+            (r.change, r.session_start.isoformat(sep=" "), r.event_count)
+            for r in rows
+            if r.run_id == run
+        )
 
 
 @pytest.fixture
