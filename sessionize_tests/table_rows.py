@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import Row
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
@@ -18,10 +19,11 @@ from sessionize_assets.lake.store import DeltaStore, TableSpec
 def table_rows(store: DeltaStore, spec: TableSpec) -> list[Row]:
     """Every row of `spec` in `store`'s lake (none before its first commit), as Spark's
     `collect()` returns them: fields by name or attribute, timestamps naive in UTC."""
-    path = str(store.path(spec))
-    if not DeltaTable.is_deltatable(path):
+    try:
+        # On an object store, delta-rs takes its credentials from the `AWS_*` environment.
+        table = DeltaTable(str(store.path(spec))).to_pyarrow_table()
+    except TableNotFoundError:
         return []
-    table = DeltaTable(path).to_pyarrow_table()
     naive = pa.schema(
         pa.field(field.name, pa.timestamp("us")) if pa.types.is_timestamp(field.type) else field
         for field in table.schema

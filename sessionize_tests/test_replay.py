@@ -51,6 +51,7 @@ from sessionize_tests.reference import (
     reference_validate,
     stitched,
 )
+from sessionize_tests.table_rows import table_rows
 from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).
@@ -124,16 +125,16 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
     store = STORES[settings.lake_backend](spark=spark, lake=settings.lake)
     ref = reference_validate(settings.landing_dir, START)
     events = {
-        r.event_id: (r.user_id, r.event_ts, r.received_date) for r in store.read(EVENTS).collect()
+        r.event_id: (r.user_id, r.event_ts, r.received_date) for r in table_rows(store, EVENTS)
     }
     assert events == {
         k: (a.user_key, a.ts.replace(tzinfo=None), a.received_date) for k, a in ref.winners.items()
     }
-    rejected = Counter(r.reason for r in store.read(REJECTED_EVENTS).collect())
+    rejected = Counter(r.reason for r in table_rows(store, REJECTED_EVENTS))
     assert rejected == ref.rejections
     identities = reference_identities(ref.winners)
     assert {
-        r.anonymous_id: (r.user_id, r.identified_at) for r in store.read(USER_IDENTITIES).collect()
+        r.anonymous_id: (r.user_id, r.identified_at) for r in table_rows(store, USER_IDENTITIES)
     } == {k: (i.user_id, i.identified_at.replace(tzinfo=None)) for k, i in identities.items()}
 
     expected = sorted(
@@ -154,6 +155,7 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
             conversion_events=settings.conversion_events,
         )
     )
+    sessions = table_rows(store, SESSIONS)
     got = sorted(
         (
             r.user_id,
@@ -165,7 +167,7 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
             *(r[name] for name in SESSION_ATTRIBUTES),
             r.stitched_user_id,
         )
-        for r in store.read(SESSIONS).collect()
+        for r in sessions
     )
     assert got == expected
     assert_lifecycle_equals_full_recompute(
@@ -173,8 +175,8 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
         start=START,
         session_days=[(s[0], s[1].date()) for s in expected],
     )
-    quarantined = sorted(r.session_id for r in store.read(SESSION_QUARANTINE).collect())
-    flagged = sorted(r.session_id for r in store.read(SESSIONS).where("is_quarantined").collect())
+    quarantined = sorted(r.session_id for r in table_rows(store, SESSION_QUARANTINE))
+    flagged = sorted(r.session_id for r in sessions if r.is_quarantined)
     assert quarantined == flagged and len(flagged) > 0
 
 
