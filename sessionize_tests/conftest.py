@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from sessionize_assets.checks import scope as check_scope
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.pipeline import keyed_reads
+from sessionize_assets.pipeline import sessions as sessions_pipeline
 from sessionize_assets.resources.spark import (
     DEFAULT_CONF,
     SparkResource,
@@ -20,6 +23,7 @@ from sessionize_assets.resources.spark import (
     spark_config,
 )
 from sessionize_assets.settings import Settings
+from sessionize_tests.harness import Pipeline
 
 TEST_START = date(2026, 1, 1)
 # `make jars` puts them there: the tests' session loads them, for the delta-spark backend and
@@ -136,3 +140,19 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def store(spark: SparkSession, settings: Settings) -> EmbeddedDeltaStore:
     return EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)
+
+
+@pytest.fixture
+def pipeline(request, spark, settings) -> Pipeline:
+    """On the embedded store, or the one `ON_EACH_BACKEND` gives."""
+    return Pipeline(spark, settings, store=getattr(request, "param", EmbeddedDeltaStore))
+
+
+@pytest.fixture(params=["hash_set", "join"])
+def pair_placement(request, monkeypatch) -> str:
+    """Up to PUSHED_KEYS_TOTAL keys or pairs are a hash-set filter in the queries, more are a
+    join: the same rules in both placements, under the same tests (0 forces the joins)."""
+    if request.param == "join":
+        for module in (sessions_pipeline, keyed_reads, check_scope):
+            monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)
+    return request.param

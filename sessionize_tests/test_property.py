@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.driver import process_batch
-from sessionize_tests.test_updates import Pipeline
+from sessionize_tests.harness import Pipeline
 
 # Minutes of batches: started first (conftest.py).
 pytestmark = pytest.mark.slow

@@ -44,6 +44,7 @@ from sessionize_assets.pipeline.stitching import RELABEL_COMMIT
 from sessionize_assets.replay import replay
 from sessionize_assets.resources.lake import STORES
 from sessionize_tests.conftest import make_settings
+from sessionize_tests.harness import assert_lifecycle_equals_full_recompute
 from sessionize_tests.reference import (
     SESSION_ATTRIBUTES,
     reference_identities,
@@ -52,7 +53,6 @@ from sessionize_tests.reference import (
     stitched,
 )
 from sessionize_tests.table_rows import table_rows
-from sessionize_tests.test_updates import assert_lifecycle_equals_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 from sessionize_assets.lake.tables import EVENT_IDS, EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
 from sessionize_assets.pipeline.events import update_events
 from sessionize_tests.driver import process_batch
-from sessionize_tests.test_updates import Killed, KilledBeforeCommitTo, Pipeline, day
+from sessionize_tests.harness import Killed, KilledBeforeCommitTo, Pipeline, day
 
 # Minutes of batches in all: started first (conftest.py).
 pytestmark = pytest.mark.slow

@@ -1,0 +1,148 @@
+"""The five ways a late event changes sessions (SPEC §3), and a late first page event's
+attributes (§3b): the incremental tables always equal a full recompute."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionize_assets.lake.tables import (
+    SESSIONS,
+    SESSIONS_FILE_ROWS,
+)
+from sessionize_tests.harness import (
+    ON_EACH_BACKEND,
+    day,
+)
+
+# Minutes of batches in all: started first (conftest.py).
+pytestmark = pytest.mark.slow
+
+
+@ON_EACH_BACKEND
+def test_late_event_merges_two_sessions(pipeline, pair_placement):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
+    pipeline.process(day(0))
+    assert [s[1] for s in pipeline.sessions()] == ["2026-01-10 10:00:00", "2026-01-10 10:50:00"]
+
+    pipeline.land(day(3), [("c", "u", "2026-01-10 10:25")])
+    run = pipeline.process(day(3))
+
+    assert pipeline.sessions() == [("u", "2026-01-10 10:00:00", "2026-01-10 10:50:00", 3, 1, False)]
+    pipeline.assert_equals_full_recompute()
+    assert run.sessions.users_recomputed == 1
+    assert pipeline.changes("run-2") == [
+        ("added", "2026-01-10 10:00:00", 3),
+        ("removed", "2026-01-10 10:00:00", 1),
+        ("removed", "2026-01-10 10:50:00", 1),
+    ]
+
+
+def page(url: str, referrer: str | None = None) -> dict:
+    """A page view's message fields."""
+    return {"type": "page", "properties": {"url": url, "referrer": referrer}}
+
+
+@ON_EACH_BACKEND
+def test_a_late_first_page_event_changes_the_landing_page_and_channel(pipeline):
+    """SPEC §3b: the batch that delivers a session's new first page event gives the session
+    that page's landing URL, referrer, campaign and channel."""
+    landing = "https://shop.example/sale?utm_source=ads&utm_medium=CPC"
+    pipeline.land(
+        day(0),
+        [
+            ("b", "u", "2026-01-10 10:10", page("https://shop.example/p", "https://t.co/x")),
+            ("c", "u", "2026-01-10 10:12", page("https://shop.example/cart")),
+        ],
+    )
+    pipeline.process(day(0))
+    before = pipeline.store.read(SESSIONS).collect()
+    assert [(r.landing_page_url, r.referrer_host, r.channel) for r in before] == [
+        ("https://shop.example/p", "t.co", "Organic Social")
+    ]
+    pipeline.land(day(2), [("a", "u", "2026-01-10 10:00", page(landing, "https://www.google.de/"))])
+    pipeline.process(day(2))
+    (after,) = pipeline.store.read(SESSIONS).collect()
+    assert (after.landing_page_url, after.referrer_host, after.utm_source, after.channel) == (
+        landing,
+        "google.de",
+        "ads",
+        "Paid Search",
+    )
+    assert (after.page_views, after.exit_page_url) == (3, "https://shop.example/cart")
+    pipeline.assert_equals_full_recompute()
+
+
+def test_late_event_inside_a_session_only_extends_its_count(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:20")])
+    pipeline.process(day(0))
+    pipeline.land(day(1), [("c", "u", "2026-01-10 10:10")])
+    pipeline.process(day(1))
+    assert pipeline.sessions() == [("u", "2026-01-10 10:00:00", "2026-01-10 10:20:00", 3, 1, False)]
+    pipeline.assert_equals_full_recompute()
+
+
+@ON_EACH_BACKEND
+def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 08:00"), ("b", "u", "2026-01-10 12:00")])
+    pipeline.process(day(0))
+    pipeline.land(day(2), [("c", "u", "2026-01-10 10:00")])
+    pipeline.process(day(2))
+    assert [(s[1][11:16], s[4]) for s in pipeline.sessions()] == [
+        ("08:00", 1),
+        ("10:00", 2),
+        ("12:00", 3),
+    ]
+    pipeline.assert_equals_full_recompute()
+
+
+@ON_EACH_BACKEND
+def test_late_event_joins_the_previous_days_session_across_midnight(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 23:50")])
+    pipeline.land(day(1), [("b", "u", "2026-01-11 00:30")], name="b.jsonl")
+    pipeline.process(day(0))
+    pipeline.process(day(1))
+    assert len(pipeline.sessions()) == 2
+
+    pipeline.land(day(5), [("c", "u", "2026-01-11 00:10")])
+    pipeline.process(day(5))
+
+    assert pipeline.sessions() == [("u", "2026-01-10 23:50:00", "2026-01-11 00:30:00", 3, 1, False)]
+    pipeline.assert_equals_full_recompute()
+
+
+@ON_EACH_BACKEND
+def test_late_event_pulls_the_next_days_session_in(pipeline):
+    pipeline.land(day(0), [("a", "u", "2026-01-10 23:00")])
+    pipeline.land(day(1), [("b", "u", "2026-01-11 00:20")])
+    pipeline.process(day(0))
+    pipeline.process(day(1))
+    assert [s[1][:10] for s in pipeline.sessions()] == ["2026-01-10", "2026-01-11"]
+
+    pipeline.land(day(4), [("c", "u", "2026-01-10 23:55")])
+    pipeline.process(day(4))
+
+    assert pipeline.sessions() == [
+        ("u", "2026-01-10 23:00:00", "2026-01-10 23:00:00", 1, 1, False),
+        ("u", "2026-01-10 23:55:00", "2026-01-11 00:20:00", 2, 2, False),
+    ]
+    pipeline.assert_equals_full_recompute()
+
+
+def test_a_late_event_rewrites_only_its_users_file(pipeline):
+    users = 2 * SESSIONS_FILE_ROWS + 10  # three user-range files on the day
+    pipeline.land(
+        day(0),
+        [(f"m{i}", f"user-{i:05d}", f"2026-01-10 {8 + i % 10:02d}:00") for i in range(users)],
+    )
+    pipeline.process(day(0))
+    before = set(pipeline.store.live_files(SESSIONS))
+    assert len(before) == 3
+    pipeline.land(day(2), [("late", "user-00003", "2026-01-10 11:10")])
+    run = pipeline.process(day(2))
+    # One user, on the session days an event on 01-10 can decide: 01-08 .. 01-11.
+    assert run.sessions.users_recomputed == 1 and run.sessions.pairs_recomputed == 4
+    assert (run.sessions.inserted, run.sessions.replaced, run.sessions.removed) == (0, 1, 0)
+    assert run.sessions.files_rewritten == 1 and run.sessions.files_total == 3
+    assert len(before & set(pipeline.store.live_files(SESSIONS))) == 2  # the others kept
+    assert run.events.new_events == 1 and run.events.rows_written == 1  # appended, not rewritten
+    pipeline.assert_equals_full_recompute()
