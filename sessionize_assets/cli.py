@@ -8,14 +8,20 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
 from sessionize_assets.settings import Settings
-from sessionize_assets.workspace import workspace_yaml
+from sessionize_assets.workspace import (
+    CODE_LOCATION,
+    DEFINITIONS_MODULE,
+    code_server_workspace_yaml,
+)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -59,10 +65,11 @@ def _replay(args: argparse.Namespace) -> int:
     if args.landing:
         settings = settings.with_overrides(landing_dir=Path(args.landing))
     _default_dagster_home()
-    _start_spark_quietly(settings)
-    with DagsterInstance.get() as instance:
-        summary = replay(settings=settings, instance=instance, echo=print, at_once=args.at_once)
-    _hand_over_cursors(summary.sensor_cursors)
+    with _code_server() as server:
+        _start_spark_quietly(settings)
+        with DagsterInstance.get() as instance:
+            summary = replay(settings=settings, instance=instance, echo=print, at_once=args.at_once)
+        _hand_over_cursors(summary.sensor_cursors, server)
     return 0 if summary.ok else 1
 
 
@@ -121,41 +128,90 @@ def _default_dagster_home() -> None:
     Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
 
 
-def _hand_over_cursors(cursors: dict[str, str]) -> None:
+@contextmanager
+def _code_server() -> Iterator[_LazyServer]:
+    """A code server of the definitions, named as `workspace.yaml` names the location, on a
+    socket in a private folder (`_LazyServer` waits for it and gives the workspace file).
+
+    Started before the replay, it loads the definitions while the batches run; the commands
+    that hand the cursors over then load no code (each `dagster sensor` command loading the
+    definitions itself starts a code server of its own: 13 s of a one-batch replay). It holds
+    nothing, and is killed at the end.
+    """
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    with tempfile.TemporaryDirectory(prefix="sessionize-") as folder:
+        socket = Path(folder) / "code.sock"
+        workspace = Path(folder) / "workspace.yaml"
+        workspace.write_text(code_server_workspace_yaml(socket))
+        server = subprocess.Popen(
+            [dagster, "api", "grpc", "--module-name", DEFINITIONS_MODULE]
+            + ["--location-name", CODE_LOCATION, "--socket", str(socket)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            yield _LazyServer(server, socket, workspace)
+        finally:
+            server.kill()
+            server.communicate()
+
+
+class _LazyServer:
+    """The started code server: `workspace()` waits until it listens (it binds its socket
+    once the definitions are loaded) and returns the workspace file, or what went wrong."""
+
+    def __init__(self, server: subprocess.Popen[str], socket: Path, workspace: Path) -> None:
+        self._server, self._socket, self._workspace = server, socket, workspace
+
+    def workspace(self, *, timeout: float = 120.0) -> Path | str:
+        deadline = time.monotonic() + timeout
+        while not self._socket.exists():
+            if self._server.poll() is not None:
+                stderr = self._server.stderr.read() if self._server.stderr else ""
+                return f"its code server exited ({self._server.returncode}): {stderr[-500:]}"
+            if time.monotonic() > deadline:
+                return f"its code server did not listen within {timeout:.0f} s"
+            time.sleep(0.05)
+        return self._workspace
+
+
+def _hand_over_cursors(cursors: dict[str, str], server: _LazyServer) -> None:
     """Store the sensors' cursors in the instance, so the daemon of a later `dagster dev`
     carries on after the last replayed batch instead of re-reading the whole history.
 
     The public way is the CLI: `dagster sensor cursor --set`, then `dagster sensor start`,
     since a cursor set on a sensor with no stored state is stored as STOPPED, which would
     override its RUNNING default. A sensor's state is kept per code location name, so both
-    go through a workspace that names the location as `workspace.yaml` does: with `-m MODULE`
-    they would reach a location named after the module, which the daemon never reads.
-
-    Each command is a process that loads the code location (about 3 s): the sensors' two
-    commands run in turn, the sensors side by side, and the outcome is printed in name order.
+    reach the location under the name `workspace.yaml` gives it (`_code_server`): with
+    `-m MODULE` they would reach a location named after the module, which the daemon never
+    reads. The sensors' two commands run in turn, the sensors side by side, and the outcome
+    is printed in name order.
     """
-    dagster = Path(sys.executable).with_name("dagster")
-    with tempfile.TemporaryDirectory(prefix="sessionize-") as folder:
-        workspace = Path(folder) / "workspace.yaml"
-        workspace.write_text(workspace_yaml())
+    if not cursors:
+        return
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    workspace = server.workspace()
 
-        def hand_over(name: str, cursor: str) -> str:
-            for command in (["cursor", name, "--set", cursor], ["start", name]):
-                done = subprocess.run(
-                    [str(dagster), "sensor", *command, "-w", str(workspace)],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if done.returncode != 0:
-                    problem = done.stderr.strip()[-500:]
-                    return f"warning: could not hand {name} over ({command[0]}): {problem}"
-            return f"{name}: cursor stored for the daemon ({cursor})"
+    def hand_over(name: str, cursor: str) -> str:
+        if isinstance(workspace, str):
+            return f"warning: could not hand {name} over: {workspace}"
+        for command in (["cursor", name, "--set", cursor], ["start", name]):
+            done = subprocess.run(
+                [dagster, "sensor", *command, "-w", str(workspace)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                problem = done.stderr.strip()[-500:]
+                return f"warning: could not hand {name} over ({command[0]}): {problem}"
+        return f"{name}: cursor stored for the daemon ({cursor})"
 
-        with ThreadPoolExecutor(max_workers=max(1, len(cursors))) as pool:
-            outcomes = [pool.submit(hand_over, *item) for item in sorted(cursors.items())]
-            for outcome in outcomes:
-                print(outcome.result())
+    with ThreadPoolExecutor(max_workers=len(cursors)) as pool:
+        outcomes = [pool.submit(hand_over, *item) for item in sorted(cursors.items())]
+        for outcome in outcomes:
+            print(outcome.result())
 
 
 def build_parser() -> argparse.ArgumentParser:

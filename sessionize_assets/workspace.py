@@ -4,6 +4,8 @@ A sensor's cursor and state are kept per code location name: whatever sets them 
 (`sessionize replay` handing its cursors over) must name the location as the daemon does.
 """
 
+from pathlib import Path
+
 DEFINITIONS_MODULE = "sessionize_assets.definitions"
 CODE_LOCATION = "sessionize"
 
@@ -14,5 +16,16 @@ def workspace_yaml() -> str:
         "load_from:\n"
         "  - python_module:\n"
         f"      module_name: {DEFINITIONS_MODULE}\n"
+        f"      location_name: {CODE_LOCATION}\n"
+    )
+
+
+def code_server_workspace_yaml(socket: Path) -> str:
+    """A workspace file's text that reaches the definitions as the same code location, served
+    by a running `dagster api grpc --socket SOCKET`: commands given it load no code."""
+    return (
+        "load_from:\n"
+        "  - grpc_server:\n"
+        f"      socket: {socket}\n"
         f"      location_name: {CODE_LOCATION}\n"
     )
