@@ -26,8 +26,12 @@ DELTA_JARS_STAMP := $(DELTA_JARS_DIR)/.fetched-$(DELTA_VERSION)
 S3A_POM := maven/s3a-connector.pom.xml
 S3A_JARS_DIR := jars/s3a
 S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
+# The class archive every driver JVM maps its classes from (Java's CDS): written at the exit of
+# a small replay, it halves the time a new JVM spends loading classes (README: Spark). Written
+# again after an install (another pyspark is another class path).
+JVM_ARCHIVE := jars/spark-driver.jsa
 
-.PHONY: help java jars demo demo-day test lint format ui screenshot bench bench-small clean
+.PHONY: help java jars jvm-archive demo demo-day test lint format ui screenshot bench bench-small clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
@@ -38,6 +42,7 @@ help:
 	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick for a few minutes)"
 	@echo "make bench-small  a small batch against a bare PySpark full recompute, by phase"
 	@echo "make jars   fetch the Delta Lake and S3 connector jars from Maven Central (make test does)"
+	@echo "make jvm-archive  the class archive new Spark drivers start from (make test and make ui do)"
 
 # PySpark 4 needs Java 17 or newer; install it with apt-get when it is missing.
 java:
@@ -77,6 +82,11 @@ $(S3A_JARS_STAMP): $(S3A_POM)
 		-DexcludeGroupIds=io.netty,org.slf4j,commons-logging,commons-codec,org.apache.httpcomponents
 	touch $@
 
+jvm-archive: $(JVM_ARCHIVE)
+
+$(JVM_ARCHIVE): $(STAMP)
+	$(BIN)/python scripts/jvm_class_archive.py $@
+
 $(VENV):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
@@ -97,7 +107,7 @@ format: $(STAMP)
 # Two workers, a whole module at a time (modules share fixtures and some tests build on the
 # previous one), the slow modules first (sessionize_tests/conftest.py).
 PYTEST_WORKERS ?= 2
-test: java jars $(STAMP) lint
+test: java jars $(JVM_ARCHIVE) $(STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=8
 
 $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
@@ -125,7 +135,7 @@ demo-day: $(STAMP)
 	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize generate --out $(DEMO_DIR)/landing \
 		--start $(DEMO_START) --append-day --users $(DEMO_USERS) --seed $(DEMO_SEED)
 
-ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
+ui: java $(STAMP) $(JVM_ARCHIVE) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/dagster dev -h 127.0.0.1 -p 3000
 
 # Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.

@@ -70,6 +70,7 @@ def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, o
             conf={**(s3a_conf(endpoint=settings.s3_endpoint) if s3 else {}), **settings.spark_conf},
             ui_enabled=spark_ui,
             jars=[*jars, *(s3a_jars(settings.s3a_jars_dir) if s3 else ())],
+            class_archive=settings.jvm_class_archive,
         )
     )
     return {

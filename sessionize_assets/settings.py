@@ -60,6 +60,9 @@ class Settings:
     # Hadoop's S3 connector (hadoop-aws) and the AWS SDK modules it uses, loaded with the
     # Delta jars when `lake_uri` is on S3 (`make jars` fetches them there).
     s3a_jars_dir: Path = Path("jars/s3a")
+    # The class archive the driver's JVM maps its classes from (`make jvm-archive` writes it;
+    # `spark_config`); None, or no file there: the JVM loads every class from the jars.
+    jvm_class_archive: Path | None = Path("jars/spark-driver.jsa")
     # An S3-compatible store's address (`AWS_ENDPOINT_URL`, which delta-rs and pyarrow read
     # themselves), handed to Spark's S3 connector; None: AWS's own endpoints.
     s3_endpoint: str | None = None
@@ -180,6 +183,11 @@ class Settings:
             lake_backend=read("SESSIONIZE_LAKE_BACKEND", _lake_backend, defaults.lake_backend),
             delta_jars_dir=read("SESSIONIZE_DELTA_JARS_DIR", Path, defaults.delta_jars_dir),
             s3a_jars_dir=read("SESSIONIZE_S3A_JARS_DIR", Path, defaults.s3a_jars_dir),
+            jvm_class_archive=read(
+                "SESSIONIZE_JVM_CLASS_ARCHIVE",
+                lambda v: None if v.lower() == "off" else Path(v),
+                defaults.jvm_class_archive,
+            ),
             s3_endpoint=read(
                 "AWS_ENDPOINT_URL_S3", str, read("AWS_ENDPOINT_URL", str, defaults.s3_endpoint)
             ),

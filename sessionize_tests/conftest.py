@@ -30,6 +30,9 @@ TEST_START = date(2026, 1, 1)
 # a lake on S3 (test_object_storage.py).
 DELTA_JARS_DIR = Path(__file__).resolve().parents[1] / "jars" / "delta"
 S3A_JARS_DIR = DELTA_JARS_DIR.parent / "s3a"
+# `make jvm-archive` (which `make test` runs first) writes it: every driver JVM the tests start,
+# theirs and those of the `sessionize` and `dagster dev` runs, maps its classes from it.
+JVM_CLASS_ARCHIVE = DELTA_JARS_DIR.parent / "spark-driver.jsa"
 # The tests' data is a few hundred rows, and each test process lives a few minutes: compiling
 # and scheduling are most of the work. Expressions are interpreted, not compiled to Java
 # (Spark's own suites run both ways), and the driver JVM stops at the C1 compiler: C2 spends
@@ -66,6 +69,7 @@ def spark_resource() -> SparkResource:
             conf=TEST_SPARK_CONF,
             ui_enabled=False,
             jars=[*delta_jars(DELTA_JARS_DIR), *s3a_jars(S3A_JARS_DIR)],
+            class_archive=JVM_CLASS_ARCHIVE,
         )
     )
 
@@ -89,6 +93,7 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         "maintenance_cron": None,  # off in tests: maintenance runs when a test asks for it
         "delta_jars_dir": DELTA_JARS_DIR,
         "s3a_jars_dir": S3A_JARS_DIR,
+        "jvm_class_archive": JVM_CLASS_ARCHIVE,
     }
     return Settings(**(values | overrides))
 
@@ -103,6 +108,7 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "SESSIONIZE_SPARK_CONF": ";".join(f"{k}={v}" for k, v in settings.spark_conf.items()),
         "SESSIONIZE_LAKE_BACKEND": settings.lake_backend,
         "SESSIONIZE_DELTA_JARS_DIR": str(settings.delta_jars_dir),
+        "SESSIONIZE_JVM_CLASS_ARCHIVE": str(settings.jvm_class_archive or "off"),
         "SESSIONIZE_MAINTENANCE_CRON": settings.maintenance_cron or "off",
         "SESSIONIZE_SENSOR_INTERVAL_SECONDS": str(settings.sensor_interval_seconds),
     }

@@ -140,6 +140,7 @@ def spark_config(
     conf: Mapping[str, str] | None = None,
     ui_enabled: bool = True,
     jars: Sequence[Path] = (),
+    class_archive: Path | None = None,
 ) -> dict[str, str]:
     """The configuration a sessionize session starts with, for `SparkResource(spark_config=...)`.
 
@@ -148,6 +149,9 @@ def spark_config(
     `DEFAULT_CONF`, `LOCAL_CONF` in local mode, `jars` on the classpath with `DELTA_CONF`, and
     last `conf`, which overrides any of them but `REQUIRED_CONF` (`SparkResource.session`
     refuses a session without those).
+
+    `class_archive`, when the file exists, is added to the driver's JVM options, whatever
+    `conf` sets them to (`class_archive_options`).
     """
     extra = dict(conf or {})
     if master.startswith("sc://"):
@@ -170,7 +174,25 @@ def spark_config(
         config |= DELTA_CONF | {
             "spark.jars": ",".join(filter(None, [*listed, extra.pop("spark.jars", "")]))
         }
-    return config | extra
+    config |= extra
+    if class_archive is not None and class_archive.is_file():
+        options = config.get(_DRIVER_OPTIONS, "")
+        config[_DRIVER_OPTIONS] = f"{options} {class_archive_options(class_archive)}".strip()
+    return config
+
+
+_DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def class_archive_options(archive: Path) -> str:
+    """The JVM options that map the classes of `archive` (a CDS archive, `make jvm-archive`).
+
+    A new driver JVM loads and verifies about 24,000 classes from the jars, 13 s of CPU in a
+    one-batch replay: every run under `dagster dev` starts one. Mapped from the archive,
+    those it holds are ready at once (7 s in that replay). `-Xshare:auto`: an archive of
+    another JDK or class path is ignored with a warning, and the classes are loaded as without.
+    """
+    return f"-XX:SharedArchiveFile={archive.absolute()} -Xshare:auto"
 
 
 class SparkResource(LazyPySparkResource):

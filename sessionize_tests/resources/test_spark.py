@@ -8,11 +8,13 @@ import pytest
 
 from sessionize_assets.resources.spark import (
     SparkResource,
+    class_archive_options,
     delta_jars,
     local_cores,
     s3a_jars,
     spark_config,
 )
+from sessionize_tests.conftest import JVM_CLASS_ARCHIVE
 
 
 def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
@@ -46,6 +48,30 @@ def test_a_cluster_keeps_eight_shuffle_partitions_and_a_setting_overrides_either
     assert spark_config(master="spark://host:7077")["spark.sql.shuffle.partitions"] == "8"
     conf = {"spark.sql.shuffle.partitions": "64"}
     assert spark_config(master="local[2]", conf=conf)["spark.sql.shuffle.partitions"] == "64"
+
+
+def test_the_driver_maps_its_classes_from_the_archive_when_there_is_one(spark, tmp_path):
+    archive = tmp_path / "spark-driver.jsa"
+    options = "spark.driver.extraJavaOptions"
+    # No archive written yet: the JVM options are left as they are.
+    assert spark_config(class_archive=archive)[options] == "-Duser.timezone=UTC"
+    archive.write_bytes(b"")
+    mapped = f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+    assert class_archive_options(archive) == mapped
+    assert spark_config(class_archive=archive)[options] == f"-Duser.timezone=UTC {mapped}"
+    # Whatever a setting makes the options, the archive is added to them.
+    conf = {options: "-Dsome.flag=1"}
+    assert spark_config(class_archive=archive, conf=conf)[options] == f"-Dsome.flag=1 {mapped}"
+    # Spark Connect: no driver JVM of ours to start.
+    assert spark_config(master="sc://host:15002", class_archive=archive) == {
+        "spark.remote": "sc://host:15002"
+    }
+    # The tests' own driver maps `make jvm-archive`'s archive (make test writes it first).
+    assert JVM_CLASS_ARCHIVE.is_file(), "run `make jvm-archive` (make test does)"
+    vm = spark._jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        spark._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert vm.getVMOption("SharedArchiveFile").getValue() == str(JVM_CLASS_ARCHIVE)
 
 
 LAZY_START = """
