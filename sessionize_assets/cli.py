@@ -129,9 +129,9 @@ def _default_dagster_home() -> None:
 
 
 @contextmanager
-def _code_server() -> Iterator[_LazyServer]:
+def _code_server() -> Iterator[_CodeServer]:
     """A code server of the definitions, named as `workspace.yaml` names the location, on a
-    socket in a private folder (`_LazyServer` waits for it and gives the workspace file).
+    socket in a private folder (`_CodeServer.workspace()` waits for it).
 
     Started before the replay, it loads the definitions while the batches run; the commands
     that hand the cursors over then load no code (each `dagster sensor` command loading the
@@ -143,40 +143,44 @@ def _code_server() -> Iterator[_LazyServer]:
         socket = Path(folder) / "code.sock"
         workspace = Path(folder) / "workspace.yaml"
         workspace.write_text(code_server_workspace_yaml(socket))
-        server = subprocess.Popen(
-            [dagster, "api", "grpc", "--module-name", DEFINITIONS_MODULE]
-            + ["--location-name", CODE_LOCATION, "--socket", str(socket)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        # Its output goes to a file: a pipe nobody reads while the batches run could fill up.
+        log = Path(folder) / "code-server.log"
+        with log.open("w") as output:
+            server = subprocess.Popen(
+                [dagster, "api", "grpc", "--module-name", DEFINITIONS_MODULE]
+                + ["--location-name", CODE_LOCATION, "--socket", str(socket)],
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
         try:
-            yield _LazyServer(server, socket, workspace)
+            yield _CodeServer(server, socket, workspace, log)
         finally:
             server.kill()
-            server.communicate()
+            server.wait()
 
 
-class _LazyServer:
-    """The started code server: `workspace()` waits until it listens (it binds its socket
-    once the definitions are loaded) and returns the workspace file, or what went wrong."""
+class _CodeServer:
+    """A started code server: `workspace()` waits until it listens (it binds its socket once
+    the definitions are loaded) and returns the workspace file, or what went wrong."""
 
-    def __init__(self, server: subprocess.Popen[str], socket: Path, workspace: Path) -> None:
-        self._server, self._socket, self._workspace = server, socket, workspace
+    def __init__(
+        self, server: subprocess.Popen[bytes], socket: Path, workspace: Path, log: Path
+    ) -> None:
+        self._server, self._socket, self._workspace, self._log = server, socket, workspace, log
 
     def workspace(self, *, timeout: float = 120.0) -> Path | str:
         deadline = time.monotonic() + timeout
         while not self._socket.exists():
             if self._server.poll() is not None:
-                stderr = self._server.stderr.read() if self._server.stderr else ""
-                return f"its code server exited ({self._server.returncode}): {stderr[-500:]}"
+                output = self._log.read_text(errors="replace")[-500:]
+                return f"its code server exited ({self._server.returncode}): {output}"
             if time.monotonic() > deadline:
                 return f"its code server did not listen within {timeout:.0f} s"
             time.sleep(0.05)
         return self._workspace
 
 
-def _hand_over_cursors(cursors: dict[str, str], server: _LazyServer) -> None:
+def _hand_over_cursors(cursors: dict[str, str], server: _CodeServer) -> None:
     """Store the sensors' cursors in the instance, so the daemon of a later `dagster dev`
     carries on after the last replayed batch instead of re-reading the whole history.
 
