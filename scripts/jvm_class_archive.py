@@ -21,10 +21,9 @@ from datetime import date
 from pathlib import Path
 
 from sessionize_assets.generator import generate_landing_zone
-from sessionize_assets.resources.spark import DEFAULT_CONF
+from sessionize_assets.resources.spark import DEFAULT_CONF, DRIVER_OPTIONS
 
 START = date(2026, 1, 1)
-DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def main() -> int:

@@ -17,6 +17,7 @@ from sessionize_assets.pipeline import keyed_reads
 from sessionize_assets.pipeline import sessions as sessions_pipeline
 from sessionize_assets.resources.spark import (
     DEFAULT_CONF,
+    DRIVER_OPTIONS,
     SparkResource,
     delta_jars,
     s3a_jars,
@@ -48,8 +49,7 @@ TEST_SPARK_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.enabled": "false",
-    "spark.driver.extraJavaOptions": DEFAULT_CONF["spark.driver.extraJavaOptions"]
-    + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    DRIVER_OPTIONS: DEFAULT_CONF[DRIVER_OPTIONS] + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 

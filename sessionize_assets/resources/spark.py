@@ -25,8 +25,10 @@ REQUIRED_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
+# The driver JVM's options: the time zone, and the class archive (`class_archive_options`).
+DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 DEFAULT_CONF = {
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    DRIVER_OPTIONS: "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     # Daily partitions are small; 200 shuffle partitions would mostly schedule empty tasks.
     # In local mode: one per core (`local_cores`).
@@ -176,12 +178,9 @@ def spark_config(
         }
     config |= extra
     if class_archive is not None and class_archive.is_file():
-        options = config.get(_DRIVER_OPTIONS, "")
-        config[_DRIVER_OPTIONS] = f"{options} {class_archive_options(class_archive)}".strip()
+        options = config.get(DRIVER_OPTIONS, "")
+        config[DRIVER_OPTIONS] = f"{options} {class_archive_options(class_archive)}".strip()
     return config
-
-
-_DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def class_archive_options(archive: Path) -> str:

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from sessionize_assets.resources.spark import (
+    DRIVER_OPTIONS,
     SparkResource,
     class_archive_options,
     delta_jars,
@@ -52,7 +53,7 @@ def test_a_cluster_keeps_eight_shuffle_partitions_and_a_setting_overrides_either
 
 def test_the_driver_maps_its_classes_from_the_archive_when_there_is_one(spark, tmp_path):
     archive = tmp_path / "spark-driver.jsa"
-    options = "spark.driver.extraJavaOptions"
+    options = DRIVER_OPTIONS
     # No archive written yet: the JVM options are left as they are.
     assert spark_config(class_archive=archive)[options] == "-Duser.timezone=UTC"
     archive.write_bytes(b"")
