@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from pyspark.sql import functions as F
 
 from sessionize_assets.checks.rules import (
@@ -18,6 +20,7 @@ from sessionize_assets.checks.rules import (
     unaccounted_lines,
     unbalanced_snapshot,
 )
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.transforms.lifecycle import STATES
 
@@ -230,7 +233,15 @@ def test_a_partition_run_checks_its_partitions_and_a_check_run_alone_the_whole_t
     assert passed(tags=span, run_id=run_id)
 
 
-def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, settings, store):
+# A small run's writes are read on the driver, a large one's by Spark
+# (`Settings.driver_write_bytes`): the same checks, either way.
+PLACEMENTS = pytest.mark.parametrize("driver_write_bytes", [DEFAULT_DRIVER_WRITE_BYTES, 0])
+
+
+@PLACEMENTS
+def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(
+    spark, settings, store, driver_write_bytes
+):
     """In a materialization run each check reads the rows the run wrote and their neighbours
     (found by key), so a violation the run made fails it, and one elsewhere is not read."""
     from dagster import instance_for_test
@@ -245,7 +256,7 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, setti
         "sessions_well_formed": "sessions",
         "quarantine_matches_flag": "session_quarantine",
     }
-    job = checks_job(settings, checks)
+    job = checks_job(replace(settings, driver_write_bytes=driver_write_bytes), checks)
     span = {RANGE_START: before.isoformat(), RANGE_END: far.isoformat()}
 
     def failed(*commits) -> set[str]:
@@ -345,8 +356,9 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(spark, setti
     assert failed(harmless, add(EVENTS, events("a"))) == {"unique_event_ids"}
 
 
+@PLACEMENTS
 def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
-    spark, settings, store
+    spark, settings, store, driver_write_bytes
 ):
     """The ids a run added are looked up on every date the id index has a copy of them on:
     an id already in `events` on another date fails the run's check."""
@@ -370,7 +382,8 @@ def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
     ).select(F.xxhash64("event_id").alias("id_hash"), "*")
     store.replace_partitions(EVENT_IDS, index, partitions=[first, later])
     store.replace_partitions(EVENTS, events("a", first), partitions=[first])
-    job = checks_job(settings, {"unique_event_ids": "events"})
+    placed = replace(settings, driver_write_bytes=driver_write_bytes)
+    job = checks_job(placed, {"unique_event_ids": "events"})
 
     def passed_after(event_id: str) -> bool:
         run_id = str(uuid.uuid4())

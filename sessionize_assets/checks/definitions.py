@@ -18,10 +18,11 @@ run commits between its reads of tables that must agree.
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from functools import reduce
 from typing import Any
 
+import pyarrow as pa
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -32,7 +33,7 @@ from dagster import (
     multi_asset_check,
 )
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.checks.rules import (
@@ -48,7 +49,10 @@ from sessionize_assets.checks.rules import (
 )
 from sessionize_assets.checks.scope import (
     RunWrites,
+    changed_rows,
     covered_dates,
+    frame_of,
+    pairs_of,
     sessions_near,
     written,
 )
@@ -61,8 +65,8 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
 )
 from sessionize_assets.partitions import days_around
-from sessionize_assets.pipeline.event_ids import copies_of
-from sessionize_assets.pipeline.keyed_reads import read_by_keys
+from sessionize_assets.pipeline.event_ids import copies_of, copy_dates
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, read_by_keys
 from sessionize_assets.pipeline.manifests import (
     batch_inputs,
     recompute_event_dates,
@@ -112,11 +116,13 @@ SESSIONS_CHECKS = {
 
 @dataclass(frozen=True, kw_only=True)
 class CheckStep:
-    """What a step's rules are given: the run's context, the lake, the checks selected in the
-    run, and `cache`, for a frame read more than once (released after the evaluation)."""
+    """What a step's rules are given: the run's context, the lake, its Spark session, the
+    checks selected in the run, and `cache`, for a frame read more than once (released after
+    the evaluation)."""
 
     context: AssetCheckExecutionContext
     store: DeltaStore
+    spark: SparkSession
     selected: set[str]
     cache: Callable[[DataFrame], DataFrame]
 
@@ -152,9 +158,10 @@ def lake_checks(
         def step(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
             lake: LakeResource = context.resources.lake
             selected = {key.name for key in context.selected_asset_check_keys}
+            spark = lake.spark.session()
             with (
                 lake.writer(context, step=f"checks {name}"),
-                counting_jobs(lake.spark.session(), name) as spark_jobs,
+                counting_jobs(spark, name) as spark_jobs,
             ):
                 store = lake.store()
                 cached: list[DataFrame] = []
@@ -166,7 +173,13 @@ def lake_checks(
                 try:
                     findings = evaluate(
                         rules(
-                            CheckStep(context=context, store=store, selected=selected, cache=cache)
+                            CheckStep(
+                                context=context,
+                                store=store,
+                                spark=spark,
+                                selected=selected,
+                                cache=cache,
+                            )
                         )
                     )
                 finally:
@@ -225,7 +238,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         rules: dict[str, Violations] = {}
         if "unique_event_ids" in selected:
             rules["unique_event_ids"] = duplicate_event_ids(
-                _events_with_ids_added(step, writes)
+                _events_with_ids_added(step, writes, driver_bytes=settings.driver_write_bytes)
                 if writes and writes.added
                 else store.read(EVENTS, partitions=covered_dates(context, [writes]))
             )
@@ -252,13 +265,24 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         context, store, selected = step.context, step.store, step.selected
         sessions_written = written(context, store, SESSIONS)
         quarantine_written = written(context, store, SESSION_QUARANTINE)
+        # A small run's writes are read on the driver, and the keys the rules look up come
+        # from them with no Spark job; a large run's are read by Spark.
+        writes = (sessions_written, quarantine_written)
+        on_driver = bool(sessions_written and sessions_written.added) and all(
+            write is None or write.within(settings.driver_write_bytes) for write in writes
+        )
         # The rows the run changed, as the rules see them (`SESSION_CHECK_COLUMNS`). A
         # rewritten file also holds the rows it copied over as they were (the file's other
         # users), and a row whose attributes alone changed is, for the rules, the row it
         # replaced: the runs that wrote those checked them. The difference counts copies, so
         # a row the run wrote twice stays in it.
-        changed = (
-            step.cache(
+        changed: DataFrame | None = None
+        rows_changed: pa.Table | None = None  # on the driver
+        if on_driver and sessions_written is not None:
+            rows_changed = changed_rows(store, SESSIONS, sessions_written, SESSION_CHECK_COLUMNS)
+            changed = frame_of(step.spark, SESSIONS, rows_changed)
+        elif sessions_written and sessions_written.added:
+            changed = step.cache(
                 store.read_files(SESSIONS, sessions_written.added)
                 .select(*SESSION_CHECK_COLUMNS)
                 .exceptAll(
@@ -267,9 +291,6 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                     )
                 )
             )
-            if sessions_written and sessions_written.added
-            else None
-        )
         rules: dict[str, Violations] = {}
         if "sessions_well_formed" in selected:
             rows = changed
@@ -283,31 +304,54 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         # one lookup: a changed session's user can overlap its sessions within reach; a
         # quarantine mismatch the run made involves a quarantine row of a date it wrote (there
         # are few), one it removed, or a flagged session it changed.
-        overlap = (
-            changed.select(*pair)
-            if "no_overlapping_sessions" in selected and changed is not None
-            else None
-        )
+        checks_overlap = "no_overlapping_sessions" in selected and changed is not None
+        wanted: list[DataFrame] = []
+        wanted_on_driver: dict[date, set[str]] = {}
+        if checks_overlap:
+            if rows_changed is not None:
+                wanted_on_driver = pairs_of(rows_changed)
+            elif changed is not None:
+                wanted.append(changed.select(*pair))
         quarantine: DataFrame | None = None
-        listed: DataFrame | None = None
+        listed = False
         quarantine_dates = covered_dates(context, [sessions_written, quarantine_written])
         if "quarantine_matches_flag" in selected:
-            quarantine = store.read(SESSION_QUARANTINE, partitions=quarantine_dates)
-            if sessions_written or quarantine_written:
-                removed = quarantine_written.removed if quarantine_written else []
-                listed = quarantine.select(*pair).unionByName(
-                    store.read_files(SESSION_QUARANTINE, removed).select(*pair)
+            removed = quarantine_written.removed if quarantine_written else []
+            if rows_changed is not None:
+                columns = ["session_id", "session_date", "user_id"]
+                held = store.read_arrow(
+                    SESSION_QUARANTINE, partitions=quarantine_dates, columns=columns
                 )
-                if changed is not None:
-                    listed = listed.unionByName(changed.where("is_quarantined").select(*pair))
-        wanted = [frame for frame in (overlap, listed) if frame is not None]
-        near = (
-            sessions_near(store, reduce(DataFrame.unionByName, wanted), before=reach, after=reach)
-            if wanted
-            else None
-        )
+                quarantine = frame_of(step.spark, SESSION_QUARANTINE, held)
+                flagged = rows_changed.filter(rows_changed.column("is_quarantined"))
+                for rows in (
+                    held,
+                    store.read_files_arrow(SESSION_QUARANTINE, removed, columns=columns),
+                    flagged,
+                ):
+                    for day, users in pairs_of(rows).items():
+                        wanted_on_driver.setdefault(day, set()).update(users)
+                listed = True
+            else:
+                quarantine = store.read(SESSION_QUARANTINE, partitions=quarantine_dates)
+                if sessions_written or quarantine_written:
+                    wanted.append(
+                        quarantine.select(*pair).unionByName(
+                            store.read_files(SESSION_QUARANTINE, removed).select(*pair)
+                        )
+                    )
+                    if changed is not None:
+                        wanted.append(changed.where("is_quarantined").select(*pair))
+                    listed = True
+        near: DataFrame | None = None
+        if on_driver and (checks_overlap or listed):
+            near = sessions_near(store, wanted_on_driver, before=reach, after=reach)
+        elif wanted:
+            near = sessions_near(
+                store, reduce(DataFrame.unionByName, wanted), before=reach, after=reach
+            )
         if "no_overlapping_sessions" in selected:
-            if near is not None and overlap is not None:
+            if near is not None and checks_overlap:
                 rules["no_overlapping_sessions"] = overlapping_sessions(near)
             else:  # alone, or too many pairs to look up: the dates whole
                 dates = covered_dates(context, [sessions_written])
@@ -316,7 +360,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                     store.read(SESSIONS, partitions=around), dates=dates
                 )
         if quarantine is not None:
-            if near is not None and listed is not None and quarantine_dates is not None:
+            if near is not None and listed and quarantine_dates is not None:
                 # The looked-up users' sessions on the quarantine's dates: every listed pair's
                 # (their dates are among them), and any other flagged one of those users is
                 # compared with the quarantine of its date too.
@@ -329,11 +373,25 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
     return [events_checks, sessions_checks]
 
 
-def _events_with_ids_added(step: CheckStep, writes: RunWrites) -> DataFrame:
+def _events_with_ids_added(step: CheckStep, writes: RunWrites, *, driver_bytes: int) -> DataFrame:
     """The `events` rows of every copy of the ids a run added, on whatever date the id index
-    says they are, found by id."""
+    says they are, found by id.
+
+    A small run's ids (files within `driver_bytes`, at most PUSHED_KEYS_TOTAL ids) are read
+    on the driver and looked up in the index by hash (`copy_dates`): one Spark job, and the
+    rows are then read by key with no other. A large run's are looked up by Spark.
+    """
     store = step.store
-    added = step.cache(store.read_files(EVENTS, writes.added).select("event_date", "event_id"))
-    copies = copies_of(store, added).rows.select("event_date", "event_id")
-    wanted = step.cache(copies.unionByName(added).distinct())
-    return read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=wanted.columns).rows
+    columns = ["event_date", "event_id"]
+    if writes.within(driver_bytes):
+        added = store.read_files_arrow(EVENTS, writes.added, columns=columns)
+        ids = added.column("event_id").to_pylist()
+        if len(set(ids)) <= PUSHED_KEYS_TOTAL:
+            wanted = copy_dates(store, ids)
+            for day, event_id in zip(added.column("event_date").to_pylist(), ids, strict=True):
+                wanted.setdefault(day, set()).add(event_id)
+            return read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=columns).rows
+    added_rows = step.cache(store.read_files(EVENTS, writes.added).select(*columns))
+    copies = copies_of(store, added_rows).rows.select(*columns)
+    wanted_rows = step.cache(copies.unionByName(added_rows).distinct())
+    return read_by_keys(store, EVENTS, wanted=wanted_rows, key="event_id", columns=columns).rows

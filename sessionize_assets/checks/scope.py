@@ -15,17 +15,26 @@ the whole table. A partitioned run that wrote nothing, or whose files the log no
 names, checks its own partition range.
 """
 
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 
+import pyarrow as pa
 from dagster import AssetCheckExecutionContext
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import days_around, days_between
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, keys_by_partition, pair_filter
+from sessionize_assets.pipeline.keyed_reads import (
+    PUSHED_KEYS_TOTAL,
+    isin_texts,
+    keys_by_partition,
+    pair_filter,
+)
 
 # A run commits to a table a few times, so its commits are among the table's latest ones.
 RECENT_COMMITS = 50
@@ -42,6 +51,13 @@ class RunWrites:
     dates: list[date]  # partitions where files were added or removed
     added: list[str]  # files added, relative to the table root
     removed: list[str]  # files removed (still on disk until vacuumed)
+    # The bytes of those files together; None when the log does not say for one of them.
+    bytes: int | None = None
+
+    def within(self, limit: int) -> bool:
+        """Whether its files hold at most `limit` bytes together: few enough to be read on
+        the driver (`Settings.driver_write_bytes`, the size a change is written from there)."""
+        return self.bytes is not None and self.bytes <= limit
 
 
 def run_writes(store: DeltaStore, spec: TableSpec, run_id: str) -> RunWrites | None:
@@ -52,6 +68,7 @@ def run_writes(store: DeltaStore, spec: TableSpec, run_id: str) -> RunWrites | N
     dates: set[date] = set()
     added: set[str] = set()
     removed: set[str] = set()
+    sizes: dict[str, int | None] = {}
     committed = False
     for commit in store.history(spec, limit=RECENT_COMMITS):
         if commit.get("dagster_run_id") != run_id:
@@ -64,10 +81,19 @@ def run_writes(store: DeltaStore, spec: TableSpec, run_id: str) -> RunWrites | N
         for change in changes:
             dates.add(date.fromisoformat(change.partition))
             (added if change.added else removed).add(change.path)
+            if sizes.get(change.path) is None:
+                sizes[change.path] = change.size
     if not committed:
         return None
     # A file a later commit of the same run replaced is not in the table any more.
-    return RunWrites(dates=sorted(dates), added=sorted(added - removed), removed=sorted(removed))
+    live = added - removed
+    known = [sizes[path] for path in sorted(live | removed)]
+    return RunWrites(
+        dates=sorted(dates),
+        added=sorted(live),
+        removed=sorted(removed),
+        bytes=None if None in known else sum(size for size in known if size is not None),
+    )
 
 
 def written(
@@ -78,17 +104,27 @@ def written(
 
 
 def sessions_near(
-    store: DeltaStore, pairs: DataFrame, *, before: int, after: int
+    store: DeltaStore,
+    pairs: DataFrame | Mapping[date, Collection[str]],
+    *,
+    before: int,
+    after: int,
 ) -> DataFrame | None:
     """The sessions of the users of (session_date, user_id) `pairs` on the days around those
     dates, read from the files whose user range (log statistics) can hold them.
 
-    None when there are more than KEYED_CHECK_PAIRS pairs: read the dates whole instead.
+    `pairs` is a frame, which a Spark job brings to the driver, or already there: the users
+    of each date. None when there are more than KEYED_CHECK_PAIRS pairs: read the dates whole
+    instead.
     """
-    by_date = keys_by_partition(
-        pairs, partition="session_date", key="user_id", limit=KEYED_CHECK_PAIRS
+    by_date = (
+        {day: sorted(set(users)) for day, users in pairs.items() if users}
+        if isinstance(pairs, Mapping)
+        else keys_by_partition(
+            pairs, partition="session_date", key="user_id", limit=KEYED_CHECK_PAIRS
+        )
     )
-    if by_date is None:
+    if by_date is None or sum(map(len, by_date.values())) > KEYED_CHECK_PAIRS:
         return None
     near: dict[date, set[str]] = {}
     for day, users in by_date.items():
@@ -107,7 +143,46 @@ def sessions_near(
         # pairs are its dates within reach.
         wanted = [(day, user) for day, found in sorted(near.items()) for user in sorted(found)]
         return rows.where(pair_filter(wanted, partition="session_date", key="user_id"))
+    if isinstance(pairs, Mapping):
+        return rows.where(isin_texts(F.col("user_id"), looked_up))
     return rows.join(F.broadcast(pairs.select("user_id").distinct()), on="user_id", how="left_semi")
+
+
+def changed_rows(
+    store: DeltaStore, spec: TableSpec, writes: RunWrites, columns: Sequence[str]
+) -> pa.Table:
+    """`columns` of the rows of the files a run added, less one copy of each row of the files
+    it removed (a multiset difference, as Spark's `exceptAll`), read on the driver: for a
+    run whose files `RunWrites.within` the driver's limit."""
+    added = store.read_files_arrow(spec, writes.added, columns=columns)
+    removed = store.read_files_arrow(spec, writes.removed, columns=columns)
+    left = Counter(zip(*(removed.column(name).to_pylist() for name in columns), strict=True))
+    kept = []
+    for index, row in enumerate(
+        zip(*(added.column(name).to_pylist() for name in columns), strict=True)
+    ):
+        if left[row]:
+            left[row] -= 1
+        else:
+            kept.append(index)
+    return added.take(kept)
+
+
+def frame_of(spark: SparkSession, spec: TableSpec, rows: pa.Table) -> DataFrame:
+    """Rows of `spec` read on the driver, as a frame a rule can read (no Spark job: they
+    travel with the query that reads them)."""
+    schema = StructType([spec.schema[name] for name in rows.column_names])
+    return spark.createDataFrame(rows, schema=schema)
+
+
+def pairs_of(rows: pa.Table) -> dict[date, set[str]]:
+    """The users of each session date in `rows`."""
+    pairs: dict[date, set[str]] = {}
+    for day, user in zip(
+        rows.column("session_date").to_pylist(), rows.column("user_id").to_pylist(), strict=True
+    ):
+        pairs.setdefault(day, set()).add(user)
+    return pairs
 
 
 def in_run(context: AssetCheckExecutionContext) -> bool:

@@ -78,6 +78,7 @@ def logged_changes(
                         partition=str(values.get(spec.partition_by)),
                         version=version,
                         added=kind == "add",
+                        size=entry.get("size"),
                     )
                 )
     return found

@@ -94,6 +94,7 @@ class FileChange:
     partition: str
     version: int  # the commit
     added: bool
+    size: int | None = None  # bytes, when the log says (a remove action may not)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ shrink it for a daily batch, whose ids fall in every bucket.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 
@@ -24,7 +25,9 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS
+from sessionize_assets.pipeline.keyed_reads import isin_texts
 from sessionize_assets.transforms.events import COPY_KEY, Copy
+from sessionize_assets.transforms.id_hash import xxhash64
 
 
 def index_rows(accepted: DataFrame) -> DataFrame:
@@ -124,6 +127,32 @@ def copies_of(store: DeltaStore, ids: DataFrame) -> IdCopies:
         .join(wanted, on="event_id", how="left_semi")
     )
     return IdCopies(rows=rows, batches=holding)
+
+
+def copy_dates(store: DeltaStore, ids: Iterable[str]) -> dict[date, set[str]]:
+    """The event dates of every copy of `ids` in the index, with the ids looked for on each,
+    on the driver: for a few ids (a small run's check), where `copies_of` would make a frame
+    of them. One Spark job reads `id_hash` and `event_date` of every batch, the ids' hashes
+    (`transforms.id_hash`, as Spark computes them) a hash set in the query.
+
+    Matched by hash only: an id whose hash another id's copy shares is looked for on that
+    copy's date too, which finds nothing there unless the id is on it.
+    """
+    by_hash: dict[int, list[str]] = {}
+    for event_id in sorted(set(ids)):
+        by_hash.setdefault(xxhash64(event_id), []).append(event_id)
+    if not by_hash:
+        return {}
+    found: dict[date, set[str]] = {}
+    for row in (
+        store.read(EVENT_IDS)
+        .where(isin_texts(F.col("id_hash").cast("string"), [str(h) for h in by_hash]))
+        .select("id_hash", "event_date")
+        .distinct()
+        .collect()
+    ):
+        found.setdefault(row["event_date"], set()).update(by_hash[row["id_hash"]])
+    return found
 
 
 def index_missing_batches(store: DeltaStore, *, run_id: str) -> list[date]:

@@ -11,7 +11,7 @@ partition is read whole. Either way the rows are then matched exactly on (partit
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import reduce
@@ -47,23 +47,41 @@ class KeyedRead:
 
 
 def read_by_keys(
-    store: DeltaStore, spec: TableSpec, *, wanted: DataFrame, key: str, columns: list[str]
+    store: DeltaStore,
+    spec: TableSpec,
+    *,
+    wanted: DataFrame | Mapping[PartitionValue, Collection[str]],
+    key: str,
+    columns: list[str],
 ) -> KeyedRead:
     """The rows (`columns`) of `spec` whose (partition column, `key`) is a row of `wanted`.
 
-    `wanted` holds those two columns; persist it, it is read twice. `columns` must include
-    both. One small Spark job brings each partition's key count to the driver, with the keys
-    of those with few (at most PUSHED_KEYS_PER_PARTITION each): bounded by the change (and by
-    PUSHED_KEYS_TOTAL). Only partitions read whole are matched by a join.
+    `wanted` holds those two columns, or is already on the driver: the keys of each partition
+    value. A frame is read twice: persist it. `columns` must include both. For a frame, one
+    small Spark job brings each partition's key count to the driver, with the keys of those
+    with few (at most PUSHED_KEYS_PER_PARTITION each): bounded by the change (and by
+    PUSHED_KEYS_TOTAL); only partitions read whole are then matched by a join. Keys on the
+    driver start no job: the partitions read whole are matched by a hash set of their pairs.
     """
     part = spec.partition_by
-    wanted = wanted.select(part, key).distinct()
-    few = F.count(F.lit(1)) <= PUSHED_KEYS_PER_PARTITION
-    counts = (
-        wanted.groupBy(part)
-        .agg(F.count(F.lit(1)).alias("count"), F.when(few, F.collect_list(key)).alias("keys"))
-        .collect()
-    )
+    if isinstance(wanted, Mapping):
+        listed = {value: sorted(set(keys)) for value, keys in wanted.items() if keys}
+        counts = [
+            {
+                part: value,
+                "count": len(keys),
+                "keys": keys if len(keys) <= PUSHED_KEYS_PER_PARTITION else None,
+            }
+            for value, keys in listed.items()
+        ]
+    else:
+        wanted = wanted.select(part, key).distinct()
+        few = F.count(F.lit(1)) <= PUSHED_KEYS_PER_PARTITION
+        counts = (
+            wanted.groupBy(part)
+            .agg(F.count(F.lit(1)).alias("count"), F.when(few, F.collect_list(key)).alias("keys"))
+            .collect()
+        )
     searched, budget, pairs = [], PUSHED_KEYS_TOTAL, []
     for row in sorted(counts, key=lambda r: (r["count"], r[part])):
         if row["count"] <= min(PUSHED_KEYS_PER_PARTITION, budget):
@@ -82,11 +100,14 @@ def read_by_keys(
             .where(pair_filter(pairs, partition=part, key=key))
         )
     if scanned:
-        frames.append(
-            store.read(spec, partitions=scanned)
-            .select(*columns)
-            .join(wanted.where(F.col(part).isin(scanned)), on=[part, key], how="left_semi")
-        )
+        whole = store.read(spec, partitions=scanned).select(*columns)
+        if isinstance(wanted, Mapping):
+            listed_pairs = [(value, k) for value in scanned for k in listed[value]]
+            frames.append(whole.where(pair_filter(listed_pairs, partition=part, key=key)))
+        else:
+            frames.append(
+                whole.join(wanted.where(F.col(part).isin(scanned)), on=[part, key], how="left_semi")
+            )
     rows = (
         reduce(DataFrame.unionByName, frames)
         if frames

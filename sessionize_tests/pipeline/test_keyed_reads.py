@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
+import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
@@ -25,7 +26,8 @@ SPEC = TableSpec(
 D = date(2026, 1, 1)
 
 
-def test_read_by_keys_finds_exactly_the_wanted_rows(spark, store, monkeypatch):
+@pytest.mark.parametrize("listed", [False, True], ids=["frame", "on the driver"])
+def test_read_by_keys_finds_exactly_the_wanted_rows(spark, store, monkeypatch, listed):
     days = [D + timedelta(days=n) for n in range(3)]
     data = [(f"u{i:03d}", day, f"{day}:{i}") for day in days for i in range(200)]
     store.replace_partitions(SPEC, spark.createDataFrame(data, SCHEMA), partitions=days)
@@ -34,6 +36,10 @@ def test_read_by_keys_finds_exactly_the_wanted_rows(spark, store, monkeypatch):
     # Searched by the keys of both searched days, matched exactly: not (days[2], "u150").
     wanted_rows += [(days[2], "u007")]
     wanted = spark.createDataFrame(wanted_rows, "day date, user_id string")
+    if listed:  # the keys of each day, already on the driver
+        wanted = {}
+        for day, user in wanted_rows:
+            wanted.setdefault(day, set()).add(user)
     monkeypatch.setattr(keyed_reads, "PUSHED_KEYS_PER_PARTITION", 10)
 
     found = read_by_keys(store, SPEC, wanted=wanted, key="user_id", columns=SCHEMA.fieldNames())
