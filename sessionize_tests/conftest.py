@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -155,10 +156,16 @@ def pipeline(request, spark, settings) -> Pipeline:
 
 
 @pytest.fixture(params=["hash_set", "join"])
-def pair_placement(request, monkeypatch) -> str:
+def pair_placement(request, monkeypatch, pipeline: Pipeline) -> str:
     """Up to PUSHED_KEYS_TOTAL keys or pairs are a hash-set filter in the queries, more are a
-    join: the same rules in both placements, under the same tests (0 forces the joins)."""
+    join; a small change's keys are found on the driver, a large one's by Spark: the same
+    rules in every placement, under the same tests ("join": PUSHED_KEYS_TOTAL 0 forces the
+    joins, and `driver_write_bytes` 0 has Spark find the keys and write the rows)."""
     if request.param == "join":
         for module in (sessions_pipeline, keyed_reads, check_scope):
             monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)
+        pipeline.settings = replace(pipeline.settings, driver_write_bytes=0)
+        pipeline.store = type(pipeline.store)(
+            spark=pipeline.spark, lake=pipeline.settings.lake_dir, driver_write_bytes=0
+        )
     return request.param

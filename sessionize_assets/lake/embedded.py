@@ -67,6 +67,7 @@ from sessionize_assets.lake.store import (
     PartitionValue,
     TableSpec,
     WriteConflictError,
+    empty_frame,
     partition_string,
 )
 from sessionize_assets.sql_text import sql_identifier, sql_type
@@ -230,7 +231,7 @@ class EmbeddedDeltaStore:
     ) -> DataFrame:
         files = self.live_files(spec, partitions=partitions)
         if not files:
-            return self._spark.createDataFrame([], spec.schema)
+            return empty_frame(self._spark, spec.schema)
         df = (
             self._spark.read.schema(spec.schema)
             .option("basePath", str(self.path(spec)))
@@ -273,7 +274,7 @@ class EmbeddedDeltaStore:
         root = self.path(spec)
         files = sorted({str(root / unquote(path)) for path in paths})
         if not files:
-            return self._spark.createDataFrame([], spec.schema)
+            return empty_frame(self._spark, spec.schema)
         df = self._spark.read.schema(spec.schema).option("basePath", str(root)).parquet(*files)
         return df.select(*spec.schema.fieldNames())
 
@@ -455,11 +456,16 @@ class EmbeddedDeltaStore:
         searched = None if partitions is None else sorted({partition_string(p) for p in partitions})
 
         def stage(table: DeltaTable, staging: Path) -> _Staged:
-            touched, kept = self._touched_files(spec, table, searched, drop, drop_keys, files)
+            candidates, marked = self._marked_rows(spec, table, searched, drop, drop_keys, files)
             new_rows = align(spec, add())
-            if kept is not None:
-                new_rows = kept.unionByName(new_rows)
-            return touched, self._stage(spec, new_rows, staging)
+            if marked is None:
+                return [], self._stage(spec, new_rows, staging)
+            small = self._driver_write_bytes - sum(size for _, _, size in candidates.values())
+            size = _estimated_bytes(new_rows)
+            if size is not None and size <= small:
+                return self._stage_on_driver(spec, candidates, marked, new_rows, staging)
+            touched, kept = self._touched_files(spec, candidates, marked)
+            return touched, self._stage(spec, kept.unionByName(new_rows), staging)
 
         return self._copy_on_write(spec, stage, commit_metadata, app_transaction, read_version)
 
@@ -579,7 +585,7 @@ class EmbeddedDeltaStore:
                 kept.append(left.select(schema.names).cast(schema))
         return touched, pa.concat_tables(kept) if kept else schema.empty_table()
 
-    def _touched_files(
+    def _marked_rows(
         self,
         spec: TableSpec,
         table: DeltaTable,
@@ -587,10 +593,12 @@ class EmbeddedDeltaStore:
         drop: Column | None,
         drop_keys: DataFrame | None,
         files: Collection[str] | None,
-    ) -> tuple[list[_Touched], DataFrame | None]:
-        """Files of the snapshot holding rows to drop, and those files' rows to keep."""
+    ) -> tuple[dict[str, _Touched], DataFrame | None]:
+        """The snapshot's files that can hold rows to drop (by local path), and their rows
+        with `_file` (Spark's URI of the file) and `_drop` (whether the row goes); None when
+        nothing is to be dropped."""
         if drop is None and drop_keys is None:
-            return [], None
+            return {}, None
         root = self.path(spec)
         allowed = None if files is None else set(files)
         candidates = {
@@ -601,7 +609,7 @@ class EmbeddedDeltaStore:
             if allowed is None or path in allowed
         }
         if not candidates:
-            return [], None
+            return {}, None
         rows = (
             self._spark.read.schema(spec.schema)
             .option("basePath", str(root))
@@ -615,15 +623,53 @@ class EmbeddedDeltaStore:
             keys = drop_keys.distinct().withColumn("_key_hit", F.lit(True))
             rows = rows.join(F.broadcast(keys), on=drop_keys.columns, how="left")
             hit = hit | F.col("_key_hit").isNotNull()
-        marked = rows.withColumn("_drop", hit)
+        return candidates, rows.withColumn("_drop", hit)
+
+    def _touched_files(
+        self, spec: TableSpec, candidates: dict[str, _Touched], marked: DataFrame
+    ) -> tuple[list[_Touched], DataFrame]:
+        """Files of the snapshot holding rows to drop (a Spark job finds them), and those
+        files' rows to keep."""
         hit_uris = {r[0] for r in marked.where("_drop").select("_file").distinct().collect()}
-        hit_files = {unquote(urlparse(uri).path): uri for uri in hit_uris}
-        unknown = hit_files.keys() - candidates.keys()
-        if unknown:
-            raise LakeError(f"{spec.name}: cannot map Spark file paths {sorted(unknown)[:2]}")
-        touched = [candidates[path] for path in sorted(hit_files)]
+        touched = _candidates_of(spec, candidates, hit_uris)
         kept = marked.where(~F.col("_drop") & F.col("_file").isin(sorted(hit_uris)))
         return touched, kept.select(*spec.schema.fieldNames())
+
+    def _stage_on_driver(
+        self,
+        spec: TableSpec,
+        candidates: dict[str, _Touched],
+        marked: DataFrame,
+        new_rows: DataFrame,
+        staging: Path,
+    ) -> _Staged:
+        """A small rewrite in one Spark job: the candidate files' rows, marked, and the new
+        rows are collected together with Arrow; the files holding a dropped row are found,
+        and their other rows kept, on the driver, and the new files written from there."""
+        names = spec.schema.fieldNames()
+        both = marked.select(*names, "_file", "_drop").unionByName(
+            new_rows.select(
+                *names, F.lit(None).cast("string").alias("_file"), F.lit(False).alias("_drop")
+            )
+        )
+        rows = both.toArrow()
+        dropped = rows.filter(pc.fill_null(rows.column("_drop"), False))
+        hit_uris = set(pc.unique(dropped.column("_file")).to_pylist())
+        kept = pc.or_(
+            pc.is_null(rows.column("_file")),
+            pc.and_(
+                pc.invert(pc.fill_null(rows.column("_drop"), False)),
+                pc.is_in(rows.column("_file"), value_set=pa.array(sorted(hit_uris), pa.string())),
+            ),
+        )
+        schema = to_arrow_schema(spec.schema)
+        written = rows.filter(kept).select(schema.names).cast(schema)
+        try:
+            staged = stage_arrow(spec, written, staging) if written.num_rows else []
+        except LakeError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return _candidates_of(spec, candidates, hit_uris), staged
 
     def _stage(self, spec: TableSpec, df: DataFrame, staging: Path) -> list[tuple[str, Path]]:
         """Write `df` (aligned to the spec) as the files of a commit, in `staging`.
@@ -705,6 +751,17 @@ class EmbeddedDeltaStore:
                 continue
             return self._committed(spec), removed
         raise LakeError(f"{spec.name}: could not commit")  # pragma: no cover
+
+
+def _candidates_of(
+    spec: TableSpec, candidates: dict[str, _Touched], uris: Iterable[str]
+) -> list[_Touched]:
+    """The candidate files Spark names by these URIs (`_metadata.file_path`)."""
+    by_path = {unquote(urlparse(uri).path): uri for uri in uris}
+    unknown = by_path.keys() - candidates.keys()
+    if unknown:
+        raise LakeError(f"{spec.name}: cannot map Spark file paths {sorted(unknown)[:2]}")
+    return [candidates[path] for path in sorted(by_path)]
 
 
 def _estimated_bytes(df: DataFrame) -> int | None:

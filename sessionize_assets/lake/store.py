@@ -13,7 +13,8 @@ from datetime import date, timedelta
 from typing import Any, Protocol
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StructType
 
 
@@ -84,6 +85,16 @@ PartitionValue = date | str
 def partition_string(value: PartitionValue) -> str:
     """The form Delta stores partition values in (ISO dates)."""
     return value.isoformat() if isinstance(value, date) else str(value)
+
+
+def empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
+    """A frame of no rows that Spark's optimizer knows is empty (a local relation of size 0).
+
+    `createDataFrame([])` alone is an RDD that Spark cannot size: it reckons it at
+    `spark.sql.defaultSizeInBytes` (2^63), so a write whose rows include it is sent to
+    Spark's writer (`driver_write_bytes`), and a join with it is never broadcast.
+    """
+    return spark.createDataFrame([], schema).where(F.lit(False))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,7 +39,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import CommitInfo, DeltaStore
+from sessionize_assets.lake.store import CommitInfo, DeltaStore, empty_frame
 from sessionize_assets.lake.tables import EVENTS, EVENTS_MANIFEST, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.event_ids import (
     Contested,
@@ -453,7 +453,7 @@ def _commit_rejections(
         partitions=sorted(batches),
         drop=drop,
         drop_keys=keys,
-        add=lambda: rows if rows is not None else spark.createDataFrame([], REJECTED_EVENTS.schema),
+        add=lambda: rows if rows is not None else empty_frame(spark, REJECTED_EVENTS.schema),
         commit_metadata=tags,
         read_version=read_version,
     )

@@ -57,11 +57,12 @@ def read_by_keys(
     """The rows (`columns`) of `spec` whose (partition column, `key`) is a row of `wanted`.
 
     `wanted` holds those two columns, or is already on the driver: the keys of each partition
-    value. A frame is read twice: persist it. `columns` must include both. For a frame, one
-    small Spark job brings each partition's key count to the driver, with the keys of those
-    with few (at most PUSHED_KEYS_PER_PARTITION each): bounded by the change (and by
-    PUSHED_KEYS_TOTAL); only partitions read whole are then matched by a join. Keys on the
-    driver start no job: the partitions read whole are matched by a hash set of their pairs.
+    value (for about PUSHED_KEYS_TOTAL pairs at most). A frame is read twice: persist it.
+    `columns` must include both. For a frame, one small Spark job brings each partition's key
+    count to the driver, with the keys of those with few (at most PUSHED_KEYS_PER_PARTITION
+    each): bounded by the change (and by PUSHED_KEYS_TOTAL); only partitions read whole are
+    then matched by a join. Keys on the driver start no job: the partitions read whole are
+    matched by a hash set of their pairs.
     """
     part = spec.partition_by
     if isinstance(wanted, Mapping):

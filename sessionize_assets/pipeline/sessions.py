@@ -29,7 +29,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.parquet_files import FILE_COLUMN
+from sessionize_assets.lake.store import DeltaStore, empty_frame
 from sessionize_assets.lake.tables import (
     EVENTS,
     SESSION_QUARANTINE,
@@ -38,6 +39,7 @@ from sessionize_assets.lake.tables import (
     USER_IDENTITIES,
 )
 from sessionize_assets.partitions import (
+    days_around,
     event_window,
     session_lookahead_days,
     session_lookback_days,
@@ -153,18 +155,22 @@ def update_sessions(
         if full_refresh or d not in progress or progress[d].definition != definition
     ]
     partial = [d for d in dates if d not in whole and progress[d].events_version < events_version]
-    touched = _touched_pairs(
+    found = _touched_pairs(
         store, spark, {d: progress[d].events_version for d in partial}, events_version, settings
     )
-    if touched is None:  # the events history since then is gone: recompute those dates
+    if found is None:  # the events history since then is gone: recompute those dates
         whole, partial = sorted([*whole, *partial]), []
-        touched = spark.createDataFrame([], "user_id string, session_date date")
+        found = _Touched(pairs=empty_frame(spark, "user_id string, session_date date"), listed={})
     if not whole and not partial:
         commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         return report
-    touched = touched.persist(StorageLevel.MEMORY_AND_DISK)
-    by_date = keys_by_partition(
-        touched, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
+    touched = found.pairs.persist(StorageLevel.MEMORY_AND_DISK)
+    by_date = (
+        found.listed
+        if found.listed is not None
+        else keys_by_partition(
+            touched, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
+        )
     )
     pairs = touched.count() if by_date is None else sum(map(len, by_date.values()))
     progress_now = SessionsProgress(events_version=events_version, definition=definition)
@@ -185,14 +191,24 @@ def update_sessions(
     columns = list(SESSION_EVENT_COLUMNS)
     whole_window = event_window(whole, settings)
     # Every user's events around whole dates; elsewhere each touched pair's user's events in
-    # that pair's window, found by user (Parquet skips the other users' row groups).
-    wanted = (
-        touched.select("user_id", _event_dates(F.col("session_date"), settings))
-        .where(~F.col("event_date").isin(whole_window))
-        .select("event_date", "user_id")
-        .distinct()
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
+    # that pair's window, found by user (Parquet skips the other users' row groups). With a
+    # few pairs on the driver, so are the users of each event date.
+    wanted: DataFrame | dict[date, set[str]]
+    if by_date is not None and pairs <= PUSHED_KEYS_TOTAL:
+        wanted = {}
+        skipped = set(whole_window)
+        for session_date, users in by_date.items():
+            for event_date in event_window([session_date], settings):
+                if event_date not in skipped:
+                    wanted.setdefault(event_date, set()).update(users)
+    else:
+        wanted = (
+            touched.select("user_id", _event_dates(F.col("session_date"), settings))
+            .where(~F.col("event_date").isin(whole_window))
+            .select("event_date", "user_id")
+            .distinct()
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
     lookup = read_by_keys(store, EVENTS, wanted=wanted, key="user_id", columns=columns)
     report.dates_searched_by_user = len(lookup.searched)
     report.users_looked_up = lookup.keys_pushed
@@ -279,8 +295,10 @@ def update_sessions(
         report.pairs_recomputed = pairs
         report.sessions_version = store.version(SESSIONS)
     finally:
-        for frame in (touched, wanted, events, sessions, diff):
+        for frame in (touched, events, sessions, diff):
             frame.unpersist()
+        if isinstance(wanted, DataFrame):
+            wanted.unpersist()
     record_sessions_progress(
         store,
         partitions=[*whole, *partial],
@@ -391,20 +409,31 @@ class _Scope:
         return marked.where(keep).drop("_pair")
 
 
+@dataclass(frozen=True)
+class _Touched:
+    """The (user_id, session_date) pairs whose events changed; `listed` holds them by date
+    when they were found on the driver."""
+
+    pairs: DataFrame
+    listed: dict[date, list[str]] | None = None
+
+
 def _touched_pairs(
     store: DeltaStore,
     spark: SparkSession,
     absorbed: dict[date, int],
     events_version: int,
     settings: Settings,
-) -> DataFrame | None:
+) -> _Touched | None:
     """(user_id, session_date) pairs whose events changed after each date's absorbed version.
 
-    None when the `events` history since then can no longer be read.
+    The changed files are read on the driver when they hold at most `driver_write_bytes`
+    together (a daily batch's), by Spark otherwise. None when the `events` history since then
+    can no longer be read.
     """
-    empty = spark.createDataFrame([], "user_id string, session_date date")
+    schema = "user_id string, session_date date"
     if not absorbed:
-        return empty
+        return _Touched(pairs=empty_frame(spark, schema), listed={})
     changes = store.changes(
         EVENTS, since_version=min(absorbed.values()), through_version=events_version
     )
@@ -413,11 +442,19 @@ def _touched_pairs(
     # The event dates that decide these session dates.
     window = {event_date.isoformat() for event_date in event_window(list(absorbed), settings)}
     latest: dict[str, int] = {}
+    sizes: dict[str, int | None] = {}
     for change in changes:
         if change.partition in window:
             latest[change.path] = max(latest.get(change.path, -1), change.version)
+            if sizes.get(change.path) is None:
+                sizes[change.path] = change.size
     if not latest:
-        return empty
+        return _Touched(pairs=empty_frame(spark, schema), listed={})
+    known = [size for size in sizes.values() if size is not None]
+    if len(known) == len(sizes) and sum(known) <= settings.driver_write_bytes:
+        listed = _touched_on_driver(store, latest, absorbed, settings)
+        pairs = [(user, day) for day, users in listed.items() for user in users]
+        return _Touched(pairs=spark.createDataFrame(pairs, schema), listed=listed)
     # Which commit last changed each file, and which version each date absorbed: few distinct
     # versions, so both are expressions in the query.
     changed_at: dict[int, list[str]] = {}
@@ -428,8 +465,8 @@ def _touched_pairs(
         absorbed_at.setdefault(version, []).append(session_date)
     # The path relative to the table root, as the Delta log names it.
     path = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1)
-    return (
-        store.read_files(EVENTS, latest)
+    return _Touched(
+        pairs=store.read_files(EVENTS, latest)
         .select(
             "user_id",
             _lookup(path, changed_at).alias("_version"),
@@ -439,6 +476,33 @@ def _touched_pairs(
         .where(F.col("_version") > F.col("_absorbed"))
         .select(*PAIR)
         .distinct()
+    )
+
+
+def _touched_on_driver(
+    store: DeltaStore, latest: dict[str, int], absorbed: dict[date, int], settings: Settings
+) -> dict[date, list[str]]:
+    """`_touched_pairs` of a few changed files (`latest`: the commit that last changed each),
+    read with Arrow: the users of each absorbed session date that a newer commit changed."""
+    rows = store.read_files_arrow(EVENTS, latest, columns=["user_id", "event_date"], with_file=True)
+    found: dict[date, set[str]] = {}
+    for user, event_date, path in zip(
+        *(rows.column(name).to_pylist() for name in ("user_id", "event_date", FILE_COLUMN)),
+        strict=True,
+    ):
+        version = latest[path]
+        for session_date in _session_dates_of(event_date, settings):
+            if absorbed.get(session_date, version) < version:
+                found.setdefault(session_date, set()).add(user)
+    return {day: sorted(users) for day, users in sorted(found.items())}
+
+
+def _session_dates_of(event_date: date, settings: Settings) -> set[date]:
+    """The session dates an event date decides: `_session_dates`, on the driver."""
+    return days_around(
+        [event_date],
+        before=session_lookahead_days(settings),
+        after=session_lookback_days(settings),
     )
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore, TableSpec
+from sessionize_assets.lake.store import DeltaStore, TableSpec, empty_frame
 
 
 def signed_rows(
@@ -26,7 +26,7 @@ def signed_rows(
     Summing `sign` over a key nets out the rows that were carried over. None when that part of
     the log or the removed files are gone: the caller must then treat everything as changed.
     """
-    empty = spark.createDataFrame([], spec.schema).withColumn("sign", F.lit(1))
+    empty = empty_frame(spark, spec.schema).withColumn("sign", F.lit(1))
     changed = _changed_files(store, spec, since=since, through=through)
     if changed is None:
         return None

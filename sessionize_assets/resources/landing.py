@@ -12,6 +12,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
+from sessionize_assets.lake.store import empty_frame
+
 _BATCH = re.compile(r"^received_date=(\d{4}-\d{2}-\d{2})$")
 # Spark's error when a file cannot be read or decompressed (a truncated .jsonl.gz).
 _FAILED_READ = re.compile(r"\[FAILED_READ_FILE[^\]]*\][^\n]*? reading file (\S+?)\.?\s")
@@ -93,7 +95,7 @@ class LandingZoneResource(ConfigurableResource):
         the line's bytes undecoded: validation rejects those that are not UTF-8."""
         files = [path for day in sorted(set(received_dates)) for path in self.batch_files(day)]
         if not files:
-            return spark.createDataFrame([], LINES_SCHEMA)
+            return empty_frame(spark, LINES_SCHEMA)
         text = spark.read.text([str(path) for path in files])
         # The batch is the file's folder: .../received_date=YYYY-MM-DD/name.jsonl
         batch = F.regexp_extract(
