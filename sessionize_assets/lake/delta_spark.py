@@ -155,6 +155,9 @@ class DeltaSparkStore(EmbeddedDeltaStore):
 
     # -- writing -----------------------------------------------------------------------------
 
+    def writes_on_driver(self, df: DataFrame) -> bool:
+        return False
+
     def replace_partitions(
         self,
         spec: TableSpec,

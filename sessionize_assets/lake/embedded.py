@@ -357,6 +357,10 @@ class EmbeddedDeltaStore:
     ) -> pa.Table:
         return read_files(self.path(spec), spec, paths, columns, with_file=with_file)
 
+    def writes_on_driver(self, df: DataFrame) -> bool:
+        size = _estimated_bytes(df)
+        return size is not None and size <= self._driver_write_bytes
+
     def replace_partitions_arrow(
         self,
         spec: TableSpec,
@@ -679,9 +683,8 @@ class EmbeddedDeltaStore:
         commit protocol cost 0.5-1 s, the collect a fifth of that. A change Spark estimates
         above `driver_write_bytes`, or cannot estimate, is written by Spark's executors.
         """
-        size = _estimated_bytes(df)
         try:
-            if size is not None and size <= self._driver_write_bytes:
+            if self.writes_on_driver(df):
                 schema = to_arrow_schema(spec.schema)
                 return stage_arrow(spec, df.toArrow().select(schema.names).cast(schema), staging)
             # One task per partition value, sorted: its files are consecutive ranges of

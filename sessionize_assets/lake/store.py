@@ -211,6 +211,13 @@ class DeltaStore(Protocol):
         `with_file` the path of each row's file (`parquet_files.FILE_COLUMN`)."""
         ...
 
+    def writes_on_driver(self, df: DataFrame) -> bool:
+        """Whether a change built from `df` is small enough to be collected once and written
+        with the `*_arrow` methods: on the embedded backend, when Spark's size estimate of
+        `df` (its inputs, no job) is at most `driver_write_bytes`; never on the delta-spark
+        backend, which writes its data tables with Delta Spark."""
+        ...
+
     def replace_partitions_arrow(
         self,
         spec: TableSpec,

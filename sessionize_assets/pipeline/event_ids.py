@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
@@ -30,10 +30,16 @@ from sessionize_assets.transforms.events import COPY_KEY, Copy
 from sessionize_assets.transforms.id_hash import xxhash64
 
 
+def id_hash(column: str) -> Column:
+    """The index's `id_hash` of an id column: Spark's `xxhash64` (`transforms.id_hash` computes
+    the same on the driver)."""
+    return F.xxhash64(column)
+
+
 def index_rows(accepted: DataFrame) -> DataFrame:
     """The `event_ids` rows of a batch's accepted raw rows."""
     return accepted.select(
-        F.xxhash64("message_id").alias("id_hash"),
+        id_hash("message_id").alias("id_hash"),
         F.col("message_id").alias("event_id"),
         "event_date",
         "received_date",
@@ -58,7 +64,7 @@ def other_copies(store: DeltaStore, held: DataFrame) -> Contested:
     matches, then their ids, read from the batches holding a match only.
     """
     mine = held.select(
-        F.xxhash64("event_id").alias("id_hash"),
+        id_hash("event_id").alias("id_hash"),
         F.col("event_id").alias("_id"),
         F.col("event_date").alias("_held_date"),
         F.col("received_date").alias("_held_in"),
@@ -111,7 +117,7 @@ def copies_of(store: DeltaStore, ids: DataFrame) -> IdCopies:
     are read from those batches only. Persist `ids`: it is read twice.
     """
     wanted = ids.select("event_id").distinct()
-    hashes = wanted.select(F.xxhash64("event_id").alias("id_hash"))
+    hashes = wanted.select(id_hash("event_id").alias("id_hash"))
     holding = sorted(
         row[0]
         for row in store.read(EVENT_IDS)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -14,6 +16,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.event_ids import id_hash
 from sessionize_assets.pipeline.event_ids import index_rows as event_id_rows
 from sessionize_assets.pipeline.landing import BatchFingerprint, record_ingested
 from sessionize_assets.pipeline.manifests import batch_event_dates as indexed_event_dates
@@ -75,33 +78,11 @@ def ingest_batches(
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     try:
         accepted, rejected = split_batch(parsed)
-        # Counted before the commit, from the frames being written: no re-scan afterwards.
-        # Accepted rows per event date and rejections per reason (never null), in one job.
-        counted = (
-            accepted.groupBy("received_date", "event_date")
-            .count()
-            .unionByName(
-                rejected.groupBy("received_date", "reason").count(), allowMissingColumns=True
-            )
-            .collect()
-        )
-        by_date = [row for row in counted if row["reason"] is None]
-        by_reason = [row for row in counted if row["reason"] is not None]
-        raw = store.replace_partitions(RAW_EVENTS, accepted, partitions=days, commit_metadata=tags)
-        # The id index, before the received -> event index that makes `events` read the batch.
-        event_ids = store.replace_partitions(
-            EVENT_IDS, event_id_rows(accepted), partitions=days, commit_metadata=tags
-        )
-        # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
-        rejected_commit = store.rewrite(
-            REJECTED_EVENTS,
-            partitions=days,
-            drop=F.col("origin") == INGEST,
-            add=lambda: rejected,
-            commit_metadata=tags,
-        )
+        commit = _commit_on_driver if store.writes_on_driver(lines) else _commit_with_spark
+        written = commit(store, accepted, rejected, days=days, tags=tags)
     finally:
         parsed.unpersist()
+    raw = written.raw
     before = indexed_event_dates(store, days)
     index_rows = [
         {
@@ -110,7 +91,7 @@ def ingest_batches(
             "events": row["count"],
             "ingest_version": raw.version or 0,
         }
-        for row in sorted(by_date, key=lambda r: (r["received_date"], r["event_date"]))
+        for row in sorted(written.by_date, key=lambda r: (r["received_date"], r["event_date"]))
     ]
     index = store.replace_partitions_arrow(
         BATCH_EVENT_DATES,
@@ -125,7 +106,9 @@ def ingest_batches(
     for day in days:
         events = {r["event_date"]: r["events"] for r in index_rows if r["received_date"] == day}
         reasons = {reason: 0 for reason in REASONS}
-        reasons.update({r["reason"]: r["count"] for r in by_reason if r["received_date"] == day})
+        reasons.update(
+            {r["reason"]: r["count"] for r in written.by_reason if r["received_date"] == day}
+        )
         batches[day] = BatchIngested(
             received=day,
             events_by_date=events,
@@ -134,9 +117,115 @@ def ingest_batches(
         )
     return IngestResult(
         raw=raw,
-        event_ids=event_ids,
-        rejected=rejected_commit,
+        event_ids=written.event_ids,
+        rejected=written.rejected,
         index=index,
         landing=landing,
         batches=batches,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Written:
+    """A batch's three commits, and what they hold: accepted rows per (received_date,
+    event_date) and rejections per (received_date, reason), as `count` rows."""
+
+    raw: CommitInfo
+    event_ids: CommitInfo
+    rejected: CommitInfo
+    by_date: list[dict[str, Any]]
+    by_reason: list[dict[str, Any]]
+
+
+def _commit_with_spark(
+    store: DeltaStore,
+    accepted: DataFrame,
+    rejected: DataFrame,
+    *,
+    days: list[date],
+    tags: dict[str, str],
+) -> _Written:
+    """A large batch (or any, on the delta-spark backend): counted in one Spark job, each
+    table written from its frame."""
+    # Counted before the commit, from the frames being written: no re-scan afterwards.
+    # Accepted rows per event date and rejections per reason (never null), in one job.
+    counted = [
+        row.asDict()
+        for row in accepted.groupBy("received_date", "event_date")
+        .count()
+        .unionByName(rejected.groupBy("received_date", "reason").count(), allowMissingColumns=True)
+        .collect()
+    ]
+    raw = store.replace_partitions(RAW_EVENTS, accepted, partitions=days, commit_metadata=tags)
+    # The id index, before the received -> event index that makes `events` read the batch.
+    event_ids = store.replace_partitions(
+        EVENT_IDS, event_id_rows(accepted), partitions=days, commit_metadata=tags
+    )
+    # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
+    rejected_commit = store.rewrite(
+        REJECTED_EVENTS,
+        partitions=days,
+        drop=F.col("origin") == INGEST,
+        add=lambda: rejected,
+        commit_metadata=tags,
+    )
+    return _Written(
+        raw=raw,
+        event_ids=event_ids,
+        rejected=rejected_commit,
+        by_date=[row for row in counted if row["reason"] is None],
+        by_reason=[row for row in counted if row["reason"] is not None],
+    )
+
+
+def _commit_on_driver(
+    store: DeltaStore,
+    accepted: DataFrame,
+    rejected: DataFrame,
+    *,
+    days: list[date],
+    tags: dict[str, str],
+) -> _Written:
+    """A small batch in one Spark job: its accepted rows (with their id hashes) and its
+    rejections are collected together with Arrow, counted on the driver, and each table
+    written from there (`*_arrow`), the id index from the accepted rows."""
+    rows = (
+        accepted.withColumn("id_hash", id_hash("message_id"))
+        .withColumn("_rejected", F.lit(False))
+        .unionByName(rejected.withColumn("_rejected", F.lit(True)), allowMissingColumns=True)
+        .toArrow()
+    )
+    flagged = pc.fill_null(rows.column("_rejected"), False)
+    kept, turned_away = rows.filter(pc.invert(flagged)), rows.filter(flagged)
+    raw = store.replace_partitions_arrow(RAW_EVENTS, kept, partitions=days, commit_metadata=tags)
+    index = kept.select(["id_hash", "message_id", "event_date", "received_date"])
+    event_ids = store.replace_partitions_arrow(
+        EVENT_IDS,
+        index.rename_columns(["id_hash", "event_id", "event_date", "received_date"]),
+        partitions=days,
+        commit_metadata=tags,
+    )
+    # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
+    ingested = [INGEST] * len(days)
+    rejected_commit = store.rewrite_arrow(
+        REJECTED_EVENTS,
+        add=turned_away,
+        drop=pa.table({"received_date": pa.array(days, pa.date32()), "origin": ingested}),
+        files=store.files_with_values(
+            REJECTED_EVENTS, column="origin", values={day: [INGEST] for day in days}
+        ),
+        commit_metadata=tags,
+    )
+    return _Written(
+        raw=raw,
+        event_ids=event_ids,
+        rejected=rejected_commit,
+        by_date=_counts(kept, ["received_date", "event_date"]),
+        by_reason=_counts(turned_away, ["received_date", "reason"]),
+    )
+
+
+def _counts(rows: pa.Table, keys: list[str]) -> list[dict[str, Any]]:
+    """Rows per value of `keys`, as `count` rows."""
+    counted = rows.group_by(keys).aggregate([([], "count_all")])
+    return [{**row, "count": row.pop("count_all")} for row in counted.to_pylist()]

@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 
 from sessionize_assets.definitions import INGEST_JOB, build_definitions
 from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.validation import REASONS
@@ -24,6 +25,18 @@ from sessionize_tests.conftest import make_settings
 
 DAY = date(2026, 1, 5)
 LAKE_INGEST_TABLES = ("raw_events", "rejected_events", "batch_event_dates", "landing_batches")
+
+
+# A small batch is collected once and written from the driver, a large one (or any, on the
+# delta-spark backend) by Spark (`Settings.driver_write_bytes`): the same tests, either way.
+PLACEMENTS = pytest.mark.parametrize(
+    "driver_write_bytes", [DEFAULT_DRIVER_WRITE_BYTES, 0], ids=["driver", "spark"]
+)
+
+
+@pytest.fixture(params=[DEFAULT_DRIVER_WRITE_BYTES, 0], ids=["driver", "spark"])
+def settings(request, tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, driver_write_bytes=request.param)
 
 
 @pytest.fixture
@@ -180,8 +193,9 @@ def test_a_day_without_a_batch_folder_is_empty_not_an_error(settings, instance):
     assert delta_rows(settings, "raw_events", DAY) == []
 
 
-def test_hostile_lines_each_get_their_outcome(tmp_path, instance):
-    settings = make_settings(tmp_path, max_line_bytes=400)
+@PLACEMENTS
+def test_hostile_lines_each_get_their_outcome(tmp_path, instance, driver_write_bytes):
+    settings = make_settings(tmp_path, max_line_bytes=400, driver_write_bytes=driver_write_bytes)
     latin1 = message("latin1", event="Café").replace("\\u00e9", "é").encode("latin-1")
     long_line = message("long", properties={"blob": "x" * 400})
     folder = settings.landing_dir / f"received_date={DAY}"

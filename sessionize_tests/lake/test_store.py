@@ -520,6 +520,14 @@ def test_a_commit_that_marks_the_table_conflicts_with_any_commit_since_its_read(
     assert [r["id"] for r in table_rows(store)] == ["a", "b"]
 
 
+def test_only_the_embedded_store_writes_a_small_change_from_the_driver(spark, store, request):
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    # A table's few rows, sized from its files' statistics with no job.
+    assert store.writes_on_driver(store.read(SPEC)) == (request.node.callspec.id == "embedded")
+    # Rows made on the driver are an RDD Spark cannot size: never taken for small.
+    assert not store.writes_on_driver(frame(spark, rows(("a", D1, 1))))
+
+
 def test_changes_list_the_files_each_commit_added_and_removed(spark, store):
     store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
     first = store.version(SPEC)
@@ -537,6 +545,9 @@ def test_changes_list_the_files_each_commit_added_and_removed(spark, store):
         (D1.isoformat(), first + 1, True),
         (D2.isoformat(), first + 2, True),
     ]
+    # Each file's size, as the log records it (what a check weighs to read it on the driver).
+    sizes = {str(store.path(SPEC) / c.path): c.size for c in changes}
+    assert sizes == {path: Path(path).stat().st_size for path in sizes}
     # Removed files stay readable until they are vacuumed: what they held is still known.
     assert [
         r.id for r in store.read_files(SPEC, [c.path for c in changes if not c.added]).collect()
