@@ -5,7 +5,10 @@ The lifecycle's checks run inside its asset (`assets/lifecycle.py`), on what eac
 With a materialization a check reads what its run wrote; alone, the whole table (`scope.py`).
 The checks of a table run as one step (`events_checks`, `sessions_checks`): they read the
 run's writes from the Delta log once, find the rows they need by key in one lookup, and their
-rules are counted in one Spark job (`rules.evaluate`). Each can still be run alone.
+rules are counted in one Spark job (`rules.evaluate`). A small run's writes (within
+`Settings.driver_write_bytes`) are read on the driver with Arrow, and the keys its checks look
+up come from them with no other job (`scope.changed_rows`, `event_ids.copy_dates`). Each can
+still be run alone.
 
 Every check is blocking: when it fails, its run fails (and what depends on the asset in that
 run is not computed), so neither a run nor `sessionize replay` passes it for a success. It

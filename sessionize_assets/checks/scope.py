@@ -10,6 +10,10 @@ One that relates a row to others (unique ids, overlaps, the quarantine) reads th
 and finds the rows they can conflict with by key: rows the run did not change were checked by
 the run that wrote them.
 
+A run whose files hold at most `Settings.driver_write_bytes` (a daily batch's) has them read on
+the driver with Arrow (`changed_rows`): the keys come from there, and the rows reach the rules'
+one Spark job with its query (`frame_of`). A larger run's are read by Spark.
+
 Run on its own (the UI's "Execute checks" on an asset), a check has no partitions and reads
 the whole table. A partitioned run that wrote nothing, or whose files the log no longer
 names, checks its own partition range.
