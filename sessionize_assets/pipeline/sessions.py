@@ -1,21 +1,22 @@
 """events -> `sessions`, `session_quarantine` and the `session_changes` log, per (user, day).
 
-A sessions partition records the `events` version it has absorbed. The files `events` added
-or removed since then (read from its Delta log) hold the users whose events changed: a change
-for user u on event date E can only move u's sessions on E - lookahead .. E + lookback (see
-partitions.py), so exactly those (user, session date) pairs are recomputed, from those users'
-events in the pairs' windows. Only pairs whose rows really differ are written: the files
-holding their old rows are rewritten (files are user ranges within a date), their new rows
-added, and both sides go to the corrections log, all without touching other users.
+A sessions partition records the `events` version it has absorbed. The files `events` added or
+removed since then (read from its Delta log) hold the users whose events changed: a change for
+user u on event date E can only move u's sessions on E - lookahead .. E + lookback (see
+partitions.py), so exactly those (user, session date) pairs are recomputed
+(`pipeline/touched.py` finds them), from those users' events in the pairs' windows. Only pairs
+whose rows really differ are written: the files holding their old rows are rewritten (files are
+user ranges within a date), their new rows added, and both sides go to the corrections log, all
+without touching other users.
 
-Each session carries `stitched_user_id` (SPEC §3c): the run first brings `user_identities` up
-to date (a no-op when the events run did) and relabels the sessions, on any date, of the
-anonymous ids whose mapping changed (pipeline/stitching.py); what it recomputes is stitched
-with the identities as they are.
+Each session carries `stitched_user_id` (SPEC §3c): the run first brings `user_identities` up to
+date (a no-op when the events run did) and relabels the sessions, on any date, of the anonymous
+ids whose mapping changed (pipeline/stitching.py); what it recomputes is stitched with the
+identities as they are.
 
-A partition never computed, computed with another gap or cap, or asked for with
-`full_refresh` is recomputed whole (every user); so is one whose `events` history is gone.
-Its old rows are all compared, so there too only the pairs whose rows differ are rewritten.
+A partition never computed, computed with another gap or cap, or asked for with `full_refresh`
+is recomputed whole (every user); so is one whose `events` history is gone. Its old rows are all
+compared, so there too only the pairs whose rows differ are rewritten.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.parquet_files import FILE_COLUMN
-from sessionize_assets.lake.store import DeltaStore, empty_frame
+from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     EVENTS,
     SESSION_QUARANTINE,
@@ -39,7 +39,6 @@ from sessionize_assets.lake.tables import (
     USER_IDENTITIES,
 )
 from sessionize_assets.partitions import (
-    days_around,
     event_window,
     session_lookahead_days,
     session_lookback_days,
@@ -69,11 +68,15 @@ from sessionize_assets.pipeline.stitching import (
     plan_relabel,
     relabelled_rows,
 )
+from sessionize_assets.pipeline.touched import (
+    PAIR,
+    TouchedPairs,
+    days_around_column,
+    touched_pairs,
+)
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.identities import stitch
 from sessionize_assets.transforms.sessions import SESSION_EVENT_COLUMNS, build_sessions
-
-PAIR = ("user_id", "session_date")
 
 
 def session_definition(settings: Settings) -> str:
@@ -155,12 +158,12 @@ def update_sessions(
         if full_refresh or d not in progress or progress[d].definition != definition
     ]
     partial = [d for d in dates if d not in whole and progress[d].events_version < events_version]
-    found = _touched_pairs(
+    found = touched_pairs(
         store, spark, {d: progress[d].events_version for d in partial}, events_version, settings
     )
     if found is None:  # the events history since then is gone: recompute those dates
         whole, partial = sorted([*whole, *partial]), []
-        found = _Touched(pairs=empty_frame(spark, "user_id string, session_date date"), listed={})
+        found = TouchedPairs.none(spark)
     if not whole and not partial:
         commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         return report
@@ -342,36 +345,11 @@ def _event_dates(session_date: Column, settings: Settings) -> Column:
     """`event_date`, one row per event date that decides the session date: what
     `partitions.event_window` gives, computed in the query (a join with a table of dates made
     on the driver would be a broadcast job of its own)."""
-    return _days_around(
+    return days_around_column(
         session_date,
         before=session_lookback_days(settings),
         after=session_lookahead_days(settings),
     ).alias("event_date")
-
-
-def _session_dates(event_date: Column, settings: Settings) -> Column:
-    """`session_date`, one row per session date the event date decides: what
-    `partitions.session_dates_for` gives, computed in the query."""
-    return _days_around(
-        event_date,
-        before=session_lookahead_days(settings),
-        after=session_lookback_days(settings),
-    ).alias("session_date")
-
-
-def _days_around(day: Column, *, before: int, after: int) -> Column:
-    """One row per date from `before` days before `day` to `after` days after it."""
-    return F.explode(F.sequence(F.date_sub(day, before), F.date_add(day, after)))
-
-
-def _lookup(column: Column, groups: dict[int, list]) -> Column:
-    """The number whose list holds `column`'s value (null for none), as a CASE expression of
-    hash-set tests: a driver-side mapping with few distinct numbers, without a broadcast job."""
-    found: Column | None = None
-    for number, values in sorted(groups.items()):
-        test = column.isin(sorted(values))
-        found = F.when(test, F.lit(number)) if found is None else found.when(test, F.lit(number))
-    return found if found is not None else F.lit(None).cast("long")
 
 
 def _pair_filter(pairs: Iterable[tuple[date, str]]) -> Column:
@@ -407,103 +385,6 @@ class _Scope:
         if self.whole:
             keep = keep | F.col("session_date").isin(self.whole)
         return marked.where(keep).drop("_pair")
-
-
-@dataclass(frozen=True)
-class _Touched:
-    """The (user_id, session_date) pairs whose events changed; `listed` holds them by date
-    when they were found on the driver."""
-
-    pairs: DataFrame
-    listed: dict[date, list[str]] | None = None
-
-
-def _touched_pairs(
-    store: DeltaStore,
-    spark: SparkSession,
-    absorbed: dict[date, int],
-    events_version: int,
-    settings: Settings,
-) -> _Touched | None:
-    """(user_id, session_date) pairs whose events changed after each date's absorbed version.
-
-    The changed files are read on the driver when they hold at most `driver_write_bytes`
-    together (a daily batch's), by Spark otherwise. None when the `events` history since then
-    can no longer be read.
-    """
-    schema = "user_id string, session_date date"
-    if not absorbed:
-        return _Touched(pairs=empty_frame(spark, schema), listed={})
-    changes = store.changes(
-        EVENTS, since_version=min(absorbed.values()), through_version=events_version
-    )
-    if changes is None:
-        return None
-    # The event dates that decide these session dates.
-    window = {event_date.isoformat() for event_date in event_window(list(absorbed), settings)}
-    latest: dict[str, int] = {}
-    sizes: dict[str, int | None] = {}
-    for change in changes:
-        if change.partition in window:
-            latest[change.path] = max(latest.get(change.path, -1), change.version)
-            if sizes.get(change.path) is None:
-                sizes[change.path] = change.size
-    if not latest:
-        return _Touched(pairs=empty_frame(spark, schema), listed={})
-    known = [size for size in sizes.values() if size is not None]
-    if len(known) == len(sizes) and sum(known) <= settings.driver_write_bytes:
-        listed = _touched_on_driver(store, latest, absorbed, settings)
-        pairs = [(user, day) for day, users in listed.items() for user in users]
-        return _Touched(pairs=spark.createDataFrame(pairs, schema), listed=listed)
-    # Which commit last changed each file, and which version each date absorbed: few distinct
-    # versions, so both are expressions in the query.
-    changed_at: dict[int, list[str]] = {}
-    for path, version in latest.items():
-        changed_at.setdefault(version, []).append(path)
-    absorbed_at: dict[int, list[date]] = {}
-    for session_date, version in absorbed.items():
-        absorbed_at.setdefault(version, []).append(session_date)
-    # The path relative to the table root, as the Delta log names it.
-    path = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1)
-    return _Touched(
-        pairs=store.read_files(EVENTS, latest)
-        .select(
-            "user_id",
-            _lookup(path, changed_at).alias("_version"),
-            _session_dates(F.col("event_date"), settings),
-        )
-        .withColumn("_absorbed", _lookup(F.col("session_date"), absorbed_at))
-        .where(F.col("_version") > F.col("_absorbed"))
-        .select(*PAIR)
-        .distinct()
-    )
-
-
-def _touched_on_driver(
-    store: DeltaStore, latest: dict[str, int], absorbed: dict[date, int], settings: Settings
-) -> dict[date, list[str]]:
-    """`_touched_pairs` of a few changed files (`latest`: the commit that last changed each),
-    read with Arrow: the users of each absorbed session date that a newer commit changed."""
-    rows = store.read_files_arrow(EVENTS, latest, columns=["user_id", "event_date"], with_file=True)
-    found: dict[date, set[str]] = {}
-    for user, event_date, path in zip(
-        *(rows.column(name).to_pylist() for name in ("user_id", "event_date", FILE_COLUMN)),
-        strict=True,
-    ):
-        version = latest[path]
-        for session_date in _session_dates_of(event_date, settings):
-            if absorbed.get(session_date, version) < version:
-                found.setdefault(session_date, set()).add(user)
-    return {day: sorted(users) for day, users in sorted(found.items())}
-
-
-def _session_dates_of(event_date: date, settings: Settings) -> set[date]:
-    """The session dates an event date decides: `_session_dates`, on the driver."""
-    return days_around(
-        [event_date],
-        before=session_lookahead_days(settings),
-        after=session_lookback_days(settings),
-    )
 
 
 @dataclass(frozen=True, kw_only=True)

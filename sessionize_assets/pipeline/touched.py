@@ -1,0 +1,156 @@
+"""Which (user_id, session_date) pairs a change of `events` touched: what a sessions run
+recomputes outside the dates it recomputes whole.
+
+A change for user u on event date E can only move u's sessions on E - lookahead .. E +
+lookback (partitions.py). The files `events` added or removed since a session date absorbed
+its version (read from its Delta log) hold those users: a few files for a daily batch, read
+on the driver with Arrow, more read by Spark in one query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.parquet_files import FILE_COLUMN
+from sessionize_assets.lake.store import DeltaStore, empty_frame
+from sessionize_assets.lake.tables import EVENTS
+from sessionize_assets.partitions import (
+    days_around,
+    event_window,
+    session_lookahead_days,
+    session_lookback_days,
+)
+from sessionize_assets.settings import Settings
+
+PAIR = ("user_id", "session_date")
+PAIRS_SCHEMA = "user_id string, session_date date"
+
+
+@dataclass(frozen=True)
+class TouchedPairs:
+    """The (user_id, session_date) pairs whose events changed; `listed` holds them by date
+    when they were found on the driver."""
+
+    pairs: DataFrame
+    listed: dict[date, list[str]] | None = None
+
+    @classmethod
+    def none(cls, spark: SparkSession) -> TouchedPairs:
+        """No pair touched."""
+        return cls(pairs=empty_frame(spark, PAIRS_SCHEMA), listed={})
+
+
+def touched_pairs(
+    store: DeltaStore,
+    spark: SparkSession,
+    absorbed: dict[date, int],
+    events_version: int,
+    settings: Settings,
+) -> TouchedPairs | None:
+    """(user_id, session_date) pairs whose events changed after each date's absorbed version.
+
+    The changed files are read on the driver when they hold at most `driver_write_bytes`
+    together (a daily batch's), by Spark otherwise. None when the `events` history since then
+    can no longer be read.
+    """
+    if not absorbed:
+        return TouchedPairs.none(spark)
+    changes = store.changes(
+        EVENTS, since_version=min(absorbed.values()), through_version=events_version
+    )
+    if changes is None:
+        return None
+    # The event dates that decide these session dates.
+    window = {event_date.isoformat() for event_date in event_window(list(absorbed), settings)}
+    latest: dict[str, int] = {}
+    sizes: dict[str, int | None] = {}
+    for change in changes:
+        if change.partition in window:
+            latest[change.path] = max(latest.get(change.path, -1), change.version)
+            if sizes.get(change.path) is None:
+                sizes[change.path] = change.size
+    if not latest:
+        return TouchedPairs.none(spark)
+    known = [size for size in sizes.values() if size is not None]
+    if len(known) == len(sizes) and sum(known) <= settings.driver_write_bytes:
+        listed = _touched_on_driver(store, latest, absorbed, settings)
+        pairs = [(user, day) for day, users in listed.items() for user in users]
+        return TouchedPairs(pairs=spark.createDataFrame(pairs, PAIRS_SCHEMA), listed=listed)
+    # Which commit last changed each file, and which version each date absorbed: few distinct
+    # versions, so both are expressions in the query.
+    changed_at: dict[int, list[str]] = {}
+    for path, version in latest.items():
+        changed_at.setdefault(version, []).append(path)
+    absorbed_at: dict[int, list[date]] = {}
+    for session_date, version in absorbed.items():
+        absorbed_at.setdefault(version, []).append(session_date)
+    # The path relative to the table root, as the Delta log names it.
+    path = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1)
+    return TouchedPairs(
+        pairs=store.read_files(EVENTS, latest)
+        .select(
+            "user_id",
+            _lookup(path, changed_at).alias("_version"),
+            _session_dates(F.col("event_date"), settings),
+        )
+        .withColumn("_absorbed", _lookup(F.col("session_date"), absorbed_at))
+        .where(F.col("_version") > F.col("_absorbed"))
+        .select(*PAIR)
+        .distinct()
+    )
+
+
+def _touched_on_driver(
+    store: DeltaStore, latest: dict[str, int], absorbed: dict[date, int], settings: Settings
+) -> dict[date, list[str]]:
+    """`touched_pairs` of a few changed files (`latest`: the commit that last changed each),
+    read with Arrow: the users of each absorbed session date that a newer commit changed."""
+    rows = store.read_files_arrow(EVENTS, latest, columns=["user_id", "event_date"], with_file=True)
+    found: dict[date, set[str]] = {}
+    for user, event_date, path in zip(
+        *(rows.column(name).to_pylist() for name in ("user_id", "event_date", FILE_COLUMN)),
+        strict=True,
+    ):
+        version = latest[path]
+        for session_date in _session_dates_of(event_date, settings):
+            if absorbed.get(session_date, version) < version:
+                found.setdefault(session_date, set()).add(user)
+    return {day: sorted(users) for day, users in sorted(found.items())}
+
+
+def _session_dates_of(event_date: date, settings: Settings) -> set[date]:
+    """The session dates an event date decides: `_session_dates`, on the driver."""
+    return days_around(
+        [event_date],
+        before=session_lookahead_days(settings),
+        after=session_lookback_days(settings),
+    )
+
+
+def _session_dates(event_date: Column, settings: Settings) -> Column:
+    """`session_date`, one row per session date the event date decides: what
+    `partitions.session_dates_for` gives, computed in the query."""
+    return days_around_column(
+        event_date,
+        before=session_lookahead_days(settings),
+        after=session_lookback_days(settings),
+    ).alias("session_date")
+
+
+def days_around_column(day: Column, *, before: int, after: int) -> Column:
+    """One row per date from `before` days before `day` to `after` days after it."""
+    return F.explode(F.sequence(F.date_sub(day, before), F.date_add(day, after)))
+
+
+def _lookup(column: Column, groups: dict[int, list]) -> Column:
+    """The number whose list holds `column`'s value (null for none), as a CASE expression of
+    hash-set tests: a driver-side mapping with few distinct numbers, without a broadcast job."""
+    found: Column | None = None
+    for number, values in sorted(groups.items()):
+        test = column.isin(sorted(values))
+        found = F.when(test, F.lit(number)) if found is None else found.when(test, F.lit(number))
+    return found if found is not None else F.lit(None).cast("long")
