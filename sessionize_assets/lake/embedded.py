@@ -657,12 +657,13 @@ class EmbeddedDeltaStore:
             )
         )
         rows = both.toArrow()
-        dropped = rows.filter(pc.fill_null(rows.column("_drop"), False))
+        drop = rows.column("_drop")  # never null: `_marked_rows` coalesces it
+        dropped = rows.filter(drop)
         hit_uris = set(pc.unique(dropped.column("_file")).to_pylist())
         kept = pc.or_(
             pc.is_null(rows.column("_file")),
             pc.and_(
-                pc.invert(pc.fill_null(rows.column("_drop"), False)),
+                pc.invert(drop),
                 pc.is_in(rows.column("_file"), value_set=pa.array(sorted(hit_uris), pa.string())),
             ),
         )
