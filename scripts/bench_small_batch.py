@@ -184,6 +184,9 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep the zone, lake and logs here")
     parser.add_argument("--landing", type=Path, help="replay this zone instead of generating one")
     parser.add_argument(
+        "--backend", default="embedded", help="the lake backend: embedded or delta-spark"
+    )
+    parser.add_argument(
         "--conf", action="append", default=[], help="a Spark setting KEY=VALUE (repeatable)"
     )
     args = parser.parse_args()
@@ -199,14 +202,18 @@ def main() -> None:
                 out=landing, start=START, days=args.days, users=args.users, seed=args.seed
             )
         conf = dict(item.split("=", 1) for item in args.conf)
-        small_batch_figures(root, landing, spark_conf=conf)
+        small_batch_figures(root, landing, spark_conf=conf, backend=args.backend)
     finally:
         if args.workdir is None:
             shutil.rmtree(root, ignore_errors=True)
 
 
 def small_batch_figures(
-    root: Path, landing: Path, *, spark_conf: dict[str, str] | None = None
+    root: Path,
+    landing: Path,
+    *,
+    spark_conf: dict[str, str] | None = None,
+    backend: str = "embedded",
 ) -> dict[str, float]:
     """Replay `landing` into a new lake under `root`, then the bare recompute; print the
     figures and return the headline ones."""
@@ -215,6 +222,7 @@ def small_batch_figures(
     settings = Settings(
         landing_dir=landing,
         lake_dir=root / "lake",
+        lake_backend=backend,
         start_date=START,
         maintenance_cron=None,
         spark_conf={

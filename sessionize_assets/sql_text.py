@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 
@@ -19,6 +20,13 @@ def sql_identifier(name: str) -> str:
     change an expression's shape (for the SQL text Delta requires, and for expressions built
     in one JVM call instead of one per column)."""
     return "`" + name.replace("`", "``") + "`"
+
+
+def select_columns(df: DataFrame, names: Iterable[str]) -> DataFrame:
+    """`df.select(*names)` as SQL text: a name passed to `select` is a `Column` made by a JVM
+    call of its own, then sent again in the list; text costs one call per name. Every read
+    of a table orders its columns this way."""
+    return df.selectExpr(*map(sql_identifier, names))
 
 
 def sql_string(value: str) -> str:

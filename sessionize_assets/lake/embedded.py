@@ -70,7 +70,7 @@ from sessionize_assets.lake.store import (
     empty_frame,
     partition_string,
 )
-from sessionize_assets.sql_text import sql_identifier, sql_type
+from sessionize_assets.sql_text import select_columns, sql_identifier, sql_type
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class EmbeddedDeltaStore:
             .option("basePath", str(self.path(spec)))
             .parquet(*files)
         )
-        return df.select(*spec.schema.fieldNames())
+        return select_columns(df, spec.schema.fieldNames())
 
     def live_files(
         self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
@@ -276,7 +276,7 @@ class EmbeddedDeltaStore:
         if not files:
             return empty_frame(self._spark, spec.schema)
         df = self._spark.read.schema(spec.schema).option("basePath", str(root)).parquet(*files)
-        return df.select(*spec.schema.fieldNames())
+        return select_columns(df, spec.schema.fieldNames())
 
     def changes(
         self, spec: TableSpec, *, since_version: int, through_version: int
@@ -637,7 +637,7 @@ class EmbeddedDeltaStore:
         hit_uris = {r[0] for r in marked.where("_drop").select("_file").distinct().collect()}
         touched = _candidates_of(spec, candidates, hit_uris)
         kept = marked.where(~F.col("_drop") & F.col("_file").isin(sorted(hit_uris)))
-        return touched, kept.select(*spec.schema.fieldNames())
+        return touched, select_columns(kept, spec.schema.fieldNames())
 
     def _stage_on_driver(
         self,
@@ -651,9 +651,9 @@ class EmbeddedDeltaStore:
         rows are collected together with Arrow; the files holding a dropped row are found,
         and their other rows kept, on the driver, and the new files written from there."""
         names = spec.schema.fieldNames()
-        both = marked.select(*names, "_file", "_drop").unionByName(
-            new_rows.select(
-                *names, F.lit(None).cast("string").alias("_file"), F.lit(False).alias("_drop")
+        both = select_columns(marked, [*names, "_file", "_drop"]).unionByName(
+            select_columns(new_rows, names).selectExpr(
+                "*", "CAST(NULL AS STRING) AS _file", "false AS _drop"
             )
         )
         rows = both.toArrow()

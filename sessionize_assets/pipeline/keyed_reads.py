@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec
+from sessionize_assets.sql_text import sql_identifier
 
 # A partition with more wanted keys than this is read whole: an IN list that long would
 # keep most row groups anyway, and it is planned and checked row group by row group.
@@ -30,8 +31,9 @@ PUSHED_KEYS_TOTAL = 20_000
 # More (partition, key) pairs than this are not brought to the driver to choose files by their
 # statistics (`keys_by_partition`): the caller searches those partitions whole.
 PRUNING_PAIRS_LIMIT = 200_000
-# From this many texts on, an IN list is built in the JVM from one joined string.
-JVM_LIST_FROM = 64
+# From this many texts on, an IN list is built in the JVM from one joined string (a fixed
+# seven round trips; a literal sent on its own costs four).
+JVM_LIST_FROM = 3
 # Joins the texts for the JVM: the first of these that no text holds.
 _SEPARATORS = ("\x1f", "\x1e", "\x00", "\n")
 
@@ -161,7 +163,10 @@ def pair_filter(pairs: Iterable[tuple[date, str]], *, partition: str, key: str) 
     (`date|key`: a date's text has no `|`) in the query, where a join with a frame of them
     would be a broadcast job of its own. For up to PUSHED_KEYS_TOTAL pairs."""
     texts = pair_texts(pairs)
-    return isin_texts(F.concat_ws("|", F.col(partition).cast("string"), F.col(key)), texts)
+    pair = F.expr(
+        f"concat_ws('|', CAST({sql_identifier(partition)} AS STRING), {sql_identifier(key)})"
+    )
+    return isin_texts(pair, texts)
 
 
 def files_for_pairs(

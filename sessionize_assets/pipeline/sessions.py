@@ -25,6 +25,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
+from functools import cached_property
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -279,7 +280,7 @@ def update_sessions(
             commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         # Bots are rare: without quarantine rows before or after, there is nothing to write.
         if summary.flagged or store.live_files(SESSION_QUARANTINE, partitions=computed):
-            in_scope = scope.as_filter()
+            in_scope = scope.rows_filter
             store.rewrite(
                 SESSION_QUARANTINE,
                 partitions=computed,
@@ -366,16 +367,18 @@ class _Scope:
     pairs: DataFrame  # (user_id, session_date)
     listed: dict[date, list[str]] | None
 
-    def as_filter(self) -> Column | None:
+    @cached_property
+    def rows_filter(self) -> Column | None:
         """The scope as a filter in the query (a hash set) when its pairs came to the driver
-        and are few; None otherwise (a join then, a broadcast job of its own)."""
+        and are few; None otherwise (a join then, a broadcast job of its own). Built once:
+        the run's reads, its sessions and its quarantine all take it."""
         if self.listed is None or sum(map(len, self.listed.values())) > PUSHED_KEYS_TOTAL:
             return None
         keep = _pair_filter((day, user) for day, users in self.listed.items() for user in users)
         return (keep | F.col("session_date").isin(self.whole)) if self.whole else keep
 
     def within(self, rows: DataFrame) -> DataFrame:
-        keep = self.as_filter()
+        keep = self.rows_filter
         if keep is not None:
             return rows.where(keep)
         marked = rows.join(
