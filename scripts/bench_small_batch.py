@@ -19,6 +19,7 @@ Everything comes from one run and is printed; nothing is asserted.
 
     make bench-small                      # the default zone
     make bench-small BENCH_SMALL_ARGS="--users 500 --days 10"
+    make bench-small BENCH_SMALL_ARGS="--backend delta-spark"
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import replay
-from sessionize_assets.settings import Settings
+from sessionize_assets.settings import LAKE_BACKENDS, Settings
 from sessionize_assets.transforms.validation import parse_line
 
 START = date(2026, 1, 1)
@@ -184,7 +185,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep the zone, lake and logs here")
     parser.add_argument("--landing", type=Path, help="replay this zone instead of generating one")
     parser.add_argument(
-        "--backend", default="embedded", help="the lake backend: embedded or delta-spark"
+        "--backend", default="embedded", choices=LAKE_BACKENDS, help="the lake's backend"
     )
     parser.add_argument(
         "--conf", action="append", default=[], help="a Spark setting KEY=VALUE (repeatable)"

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake.tables import ALL_TABLES
-from sessionize_assets.sql_text import sql_identifier, sql_string, sql_type
+from sessionize_assets.sql_text import select_columns, sql_identifier, sql_string, sql_type
 
 AWKWARD = ["plain", "it's", "back\\slash", "quote ' and \\' both", "tick ` mark", "", "new\nline"]
 
@@ -35,6 +35,14 @@ def test_a_column_name_selects_that_column(spark):
     frame = spark.createDataFrame([tuple(range(len(names)))], names)
     row = frame.select(*(F.expr(sql_identifier(name)) for name in reversed(names))).first()
     assert list(row) == list(reversed(range(len(names))))
+
+
+def test_select_columns_keeps_the_names_in_the_order_given(spark):
+    names = ["a b", "tick ` mark", "x)", "select"]
+    frame = spark.createDataFrame([tuple(range(len(names)))], names)
+    chosen = select_columns(frame, [names[3], names[1], names[0]])
+    assert chosen.columns == [names[3], names[1], names[0]]
+    assert list(chosen.first()) == [3, 1, 0]
 
 
 AWKWARD_TYPES = [
