@@ -75,6 +75,15 @@ def test_the_driver_maps_its_classes_from_the_archive_when_there_is_one(spark, t
     assert vm.getVMOption("SharedArchiveFile").getValue() == str(JVM_CLASS_ARCHIVE)
 
 
+def test_the_spark_connect_client_comes_with_the_install():
+    """`SESSIONIZE_SPARK_MASTER=sc://...` needs Connect's client (grpcio, its status protos):
+    pyproject installs `pyspark[connect]`, so a session to a server can be built; pyspark
+    raises an ImportError naming what is missing otherwise."""
+    from pyspark.sql.connect.utils import check_dependencies
+
+    check_dependencies("pyspark.sql.connect.session")
+
+
 LAZY_START = """
 import sys
 from dagster import build_resources
