@@ -652,8 +652,8 @@ class EmbeddedDeltaStore:
         and their other rows kept, on the driver, and the new files written from there."""
         names = spec.schema.fieldNames()
         both = select_columns(marked, [*names, "_file", "_drop"]).unionByName(
-            select_columns(new_rows, names).selectExpr(
-                "*", "CAST(NULL AS STRING) AS _file", "false AS _drop"
+            new_rows.selectExpr(
+                *map(sql_identifier, names), "CAST(NULL AS STRING) AS _file", "false AS _drop"
             )
         )
         rows = both.toArrow()

@@ -124,8 +124,9 @@ def read_by_keys(
     )
 
 
-def isin_texts(column: Column, texts: Collection[str]) -> Column:
-    """`column.isin(texts)`, built with a fixed number of driver round trips.
+def isin_texts(column: Column, texts: Collection[str | date]) -> Column:
+    """`column.isin(texts)`, built with a fixed number of driver round trips for texts (other
+    values, such as dates, go as `isin`'s literals).
 
     PySpark sends each literal of an IN list to the JVM on its own, four py4j round trips
     apiece: 20,000 keys cost seconds before the query even starts. From JVM_LIST_FROM texts on

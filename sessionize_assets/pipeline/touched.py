@@ -24,6 +24,7 @@ from sessionize_assets.partitions import (
     session_lookahead_days,
     session_lookback_days,
 )
+from sessionize_assets.pipeline.keyed_reads import isin_texts
 from sessionize_assets.settings import Settings
 
 PAIR = ("user_id", "session_date")
@@ -148,9 +149,10 @@ def days_around_column(day: Column, *, before: int, after: int) -> Column:
 
 def _lookup(column: Column, groups: dict[int, list]) -> Column:
     """The number whose list holds `column`'s value (null for none), as a CASE expression of
-    hash-set tests: a driver-side mapping with few distinct numbers, without a broadcast job."""
+    hash-set tests (`isin_texts`: a list of paths is one string to the JVM): a driver-side
+    mapping with few distinct numbers, without a broadcast job."""
     found: Column | None = None
     for number, values in sorted(groups.items()):
-        test = column.isin(sorted(values))
+        test = isin_texts(column, values)
         found = F.when(test, F.lit(number)) if found is None else found.when(test, F.lit(number))
     return found if found is not None else F.lit(None).cast("long")
