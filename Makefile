@@ -36,7 +36,7 @@ JVM_ARCHIVE := jars/spark-driver.jsa
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
 	@echo "make test   set up and run the test suite (ruff + pytest)"
-	@echo "make ui     open the Dagster UI (dagster dev) on the demo's history"
+	@echo "make ui     open the Dagster UI (dagster dev, its runs on a warm Spark) on the demo's history"
 	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
 	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick for a few minutes)"
@@ -135,8 +135,10 @@ demo-day: $(STAMP)
 	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize generate --out $(DEMO_DIR)/landing \
 		--start $(DEMO_START) --append-day --users $(DEMO_USERS) --seed $(DEMO_SEED)
 
+# `sessionize dev`: dagster dev, and a Spark Connect server its runs share (started before it,
+# stopped with it; its output in DAGSTER_HOME/spark-server.log). README: Spark.
 ui: java $(STAMP) $(JVM_ARCHIVE) $(DAGSTER_HOME_DIR)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/dagster dev -h 127.0.0.1 -p 3000
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize dev -h 127.0.0.1 -p 3000
 
 # Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.
 SCREENSHOT ?= /tmp/sessionize.png

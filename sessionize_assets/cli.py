@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -12,7 +13,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import date
 from pathlib import Path
 
@@ -91,6 +92,61 @@ def _rebuild(args: argparse.Namespace) -> int:
             sessions_only=args.sessions_only,
         )
     return 0 if ok else 1
+
+
+def _spark_server(args: argparse.Namespace) -> int:
+    from sessionize_assets.spark_server import running_server
+
+    settings = Settings.from_env()
+    with _stopped_by_sigterm(), running_server(settings, log_path=None) as address:
+        print(f"Spark Connect server up: SESSIONIZE_SPARK_MASTER={address}", flush=True)
+        with suppress(KeyboardInterrupt):
+            signal.pause()  # until SIGINT, or SIGTERM (`_stopped_by_sigterm`)
+    return 0
+
+
+def _dev(args: argparse.Namespace) -> int:
+    """`dagster dev` with its runs on a warm Spark Connect server, started before it and
+    stopped after it (`spark_server.py`). With another master set, or the delta-spark backend
+    (no Delta Connect server for Delta 4.0 on Maven Central), `dagster dev` alone."""
+    from sessionize_assets.spark_server import running_server, serves
+
+    settings = Settings.from_env()
+    dagster = [str(Path(sys.executable).with_name("dagster")), "dev", *args.dagster_args]
+    reason = serves(settings)
+    with _stopped_by_sigterm(), ExitStack() as stack:
+        env = dict(os.environ)
+        if reason is None:
+            _default_dagster_home()
+            log = Path(os.environ["DAGSTER_HOME"]) / "spark-server.log"
+            print(f"Starting a Spark Connect server for the runs (its output: {log})", flush=True)
+            address = stack.enter_context(running_server(settings, log_path=log))
+            env["SESSIONIZE_SPARK_MASTER"] = address
+            print(f"Spark Connect server up: the runs use {address}", flush=True)
+        else:
+            print(f"No Spark Connect server: {reason}", flush=True)
+        process = subprocess.Popen(dagster, env=env)
+        try:
+            return process.wait()
+        except (KeyboardInterrupt, SystemExit):
+            # dagster dev shares the terminal's SIGINT; a SIGTERM is passed on to it.
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            return process.wait()
+
+
+@contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM ends the block as Ctrl-C does, so its servers are stopped on the way out."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _quiet_dagster() -> None:
@@ -291,11 +347,32 @@ def build_parser() -> argparse.ArgumentParser:
         "SESSIONIZE_SESSION_GAP_MINUTES or SESSIONIZE_MAX_SESSION_HOURS)",
     )
     rebuild.set_defaults(run=_rebuild)
+
+    server = commands.add_parser(
+        "spark-server",
+        help="run the Spark Connect server the runs share, until stopped (beside a daemon)",
+        description="Run a local Spark Connect server from the installed pyspark, with the "
+        "project's Spark settings, until SIGINT or SIGTERM. Runs reach it with "
+        "SESSIONIZE_SPARK_MASTER=sc://HOST:PORT (SESSIONIZE_SPARK_SERVER_HOST, _PORT).",
+    )
+    server.set_defaults(run=_spark_server)
+
+    dev = commands.add_parser(
+        "dev",
+        add_help=False,
+        help="dagster dev, its runs on a Spark Connect server started and stopped with it "
+        "(make ui); the arguments go to dagster dev",
+    )
+    dev.set_defaults(run=_dev, passes_arguments=True)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "passes_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.dagster_args = extra
     return args.run(args)
 
 

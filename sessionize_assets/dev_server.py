@@ -39,12 +39,21 @@ def free_port() -> int:
 class DagsterDev:
     """A `dagster dev` process tree on 127.0.0.1 with its own DAGSTER_HOME.
 
-    Its output goes to `<workdir>/dagster_dev.log`, which the errors quote.
+    `program="sessionize"` starts it as `make ui` does, through `sessionize dev`: its runs on a
+    Spark Connect server started before it and stopped after it. Its output goes to
+    `<workdir>/dagster_dev.log`, which the errors quote.
     """
 
     def __init__(
-        self, *, workdir: Path, dagster_home: Path, env: Mapping[str, str], port: int = 0
+        self,
+        *,
+        workdir: Path,
+        dagster_home: Path,
+        env: Mapping[str, str],
+        port: int = 0,
+        program: str = "dagster",
     ) -> None:
+        self.program = program
         self.workdir = workdir
         self.dagster_home = dagster_home
         self.port = port or free_port()
@@ -67,12 +76,12 @@ class DagsterDev:
             instance_yaml.write_text("telemetry:\n  enabled: false\n")
         workspace = self.workdir / "workspace.yaml"
         workspace.write_text(workspace_yaml())
-        dagster = Path(sys.executable).with_name("dagster")
+        program = Path(sys.executable).with_name(self.program)
         with self.log_path.open("wb") as log:
             # A new session, so stop() can signal the whole tree (webserver, daemon, code server).
             self._process = subprocess.Popen(
                 [
-                    str(dagster),
+                    str(program),
                     "dev",
                     "-w",
                     str(workspace),

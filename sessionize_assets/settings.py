@@ -54,6 +54,15 @@ class Settings:
     conversion_events: tuple[str, ...] = DEFAULT_CONVERSION_EVENTS
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    # The Spark Connect server that `sessionize dev` (`make ui`) and `sessionize spark-server`
+    # start (`spark_server.py`): the master its driver runs on, the interface and port it
+    # listens at (loopback: a Connect server runs what any client sends), its Spark UI's port
+    # (the runs count their jobs from its status API) and its driver's heap.
+    spark_server_master: str = "local[*]"
+    spark_server_host: str = "127.0.0.1"
+    spark_server_port: int = 15002
+    spark_server_ui_port: int = 4040
+    spark_server_memory: str = "2g"
     lake_backend: str = "embedded"  # one of LAKE_BACKENDS
     # The Delta Lake jars the delta-spark backend loads (`make jars` fetches them there).
     delta_jars_dir: Path = Path("jars/delta")
@@ -116,6 +125,15 @@ class Settings:
                     "renaming them, which object stores cannot do; set "
                     "SESSIONIZE_LAKE_BACKEND=delta-spark"
                 )
+        for name in ("spark_server_port", "spark_server_ui_port"):
+            if not 0 < getattr(self, name) < 65536:
+                raise SettingsError(f"{name.replace('_', ' ')} must be 1-65535")
+        if self.lake_backend == "delta-spark" and self.spark_master.startswith("sc://"):
+            raise SettingsError(
+                f"Spark master {self.spark_master}: the delta-spark backend runs Delta's "
+                "operations through Delta's Python API, which needs a Delta Connect server, "
+                "and Delta 4.0 publishes none (docs: Spark); give it a local or cluster master"
+            )
         if self.retention < timedelta(0):
             raise SettingsError(f"retention must be >= 0, got {self.retention}")
         if self.driver_write_bytes < 0:
@@ -180,6 +198,17 @@ class Settings:
             ),
             spark_master=read("SESSIONIZE_SPARK_MASTER", str, defaults.spark_master),
             spark_conf=spark_conf,
+            spark_server_master=read(
+                "SESSIONIZE_SPARK_SERVER_MASTER", str, defaults.spark_server_master
+            ),
+            spark_server_host=read("SESSIONIZE_SPARK_SERVER_HOST", str, defaults.spark_server_host),
+            spark_server_port=read("SESSIONIZE_SPARK_SERVER_PORT", int, defaults.spark_server_port),
+            spark_server_ui_port=read(
+                "SESSIONIZE_SPARK_SERVER_UI_PORT", int, defaults.spark_server_ui_port
+            ),
+            spark_server_memory=read(
+                "SESSIONIZE_SPARK_SERVER_MEMORY", str, defaults.spark_server_memory
+            ),
             lake_backend=read("SESSIONIZE_LAKE_BACKEND", _lake_backend, defaults.lake_backend),
             delta_jars_dir=read("SESSIONIZE_DELTA_JARS_DIR", Path, defaults.delta_jars_dir),
             s3a_jars_dir=read("SESSIONIZE_S3A_JARS_DIR", Path, defaults.s3a_jars_dir),

@@ -54,3 +54,10 @@ def test_replay_takes_batches_one_by_one_unless_at_once():
     parser = build_parser()
     assert parser.parse_args(["replay"]).at_once is False
     assert parser.parse_args(["replay", "--at-once"]).at_once is True
+
+
+def test_dev_hands_its_arguments_to_dagster_dev_and_other_commands_refuse_unknown_ones():
+    args, extra = build_parser().parse_known_args(["dev", "-h", "127.0.0.1", "-p", "3000"])
+    assert args.command == "dev" and extra == ["-h", "127.0.0.1", "-p", "3000"]
+    with pytest.raises(SystemExit):
+        main(["replay", "--bogus"])

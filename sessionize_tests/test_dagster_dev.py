@@ -1,8 +1,9 @@
 """End to end through the real `dagster dev`: webserver, daemon, sensors, automation, backfills.
 
-As a user does it: `sessionize replay` processes the first two batches and hands its sensor
-cursors over (`make demo`), then `dagster dev` starts on the same Dagster home (`make ui`) and
-must launch nothing. A third batch folder is dropped into the landing zone: from there only the
+As a user does it: `sessionize replay` processes the first two batches in a Spark session of its
+own and hands its sensor cursors over (`make demo`), then `sessionize dev` starts a Spark
+Connect server and `dagster dev` on the same Dagster home (`make ui`), whose runs use the server,
+and must launch nothing. A third batch folder is dropped into the landing zone: from there only the
 daemon acts (landing sensor -> ingest, late-data sensor -> events, automation -> sessions,
 lifecycle sensor -> snapshot) and the Delta tables must end up equal to the plain-Python full
 recompute. The same folder re-delivered as it was launches nothing. Then a partition backfill
@@ -13,19 +14,22 @@ is.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
-from sessionize_assets.dev_server import DagsterDev
+from sessionize_assets.dev_server import DagsterDev, free_port
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import make_settings, settings_environment
@@ -107,6 +111,9 @@ def dev(tmp_path_factory):
         start_date=START,
         # The daemon's own loop is 5 s: each step of a batch waits for one tick, not 15-30 s.
         sensor_interval=SENSOR_INTERVAL,
+        spark_server_master="local[2]",
+        spark_server_port=free_port(),
+        spark_server_ui_port=free_port(),
     )
     generated = root / "generated"
     generate_landing_zone(out=generated, start=START, days=DAYS, users=40, seed=5, late_share=0.3)
@@ -128,7 +135,7 @@ def dev(tmp_path_factory):
         check=False,
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    with DagsterDev(workdir=root, dagster_home=home, env=env) as server:
+    with DagsterDev(workdir=root, dagster_home=home, env=env, program="sessionize") as server:
         yield server, settings, generated, replayed.stdout
 
 
@@ -143,6 +150,33 @@ def deliver(generated: Path, settings: Settings, day: date) -> None:
     for path in sorted(staging.iterdir()):
         os.replace(path, target / path.name)
     staging.rmdir()
+
+
+def _server_jobs_by_step(settings: Settings) -> Counter:
+    """The Spark Connect server's jobs by the step that tagged them (`counting_jobs` tags a
+    step's operations `<label>-<uuid>`, which the server names `..._Tag_<label>-<uuid>`)."""
+    base = f"http://127.0.0.1:{settings.spark_server_ui_port}/api/v1/applications"
+    with urllib.request.urlopen(base, timeout=30) as response:
+        (app,) = json.load(response)
+    with urllib.request.urlopen(f"{base}/{app['id']}/jobs", timeout=30) as response:
+        jobs = json.load(response)
+    return Counter(
+        tag.rsplit("_Tag_", 1)[1].rsplit("-", 1)[0]
+        for job in jobs
+        for tag in job["jobTags"]
+        if "_Tag_" in tag
+    )
+
+
+def _reported_jobs(instance: DagsterInstance, asset: str, run_ids: set[str]) -> int:
+    """The Spark jobs the runs `run_ids` reported for `asset`'s step (`run_spark_jobs`)."""
+    records = instance.fetch_materializations(AssetKey(asset), limit=1000).records
+    return sum(
+        int(entry.value)
+        for record in records
+        if record.run_id in run_ids
+        and (entry := record.asset_materialization.metadata.get("run_spark_jobs")) is not None
+    )
 
 
 def _new_runs(server: DagsterDev, before: set[str]) -> list[dict]:
@@ -202,6 +236,14 @@ def test_a_dropped_folder_reaches_the_snapshot_with_no_click(dev):
     # Those days' sessions were materialized again: the snapshot days that follow from them
     # were reported again after them, so the UI shows no partition of any asset unsynced.
     assert server.unsynced() == {}
+    # The runs' Spark was the server `sessionize dev` started: it ran their jobs, and each
+    # run's count of them (from the server's status API) is what its steps report.
+    served = _server_jobs_by_step(settings)
+    assert set(served) >= {"ingest", "events", "sessions"}, served
+    with DagsterInstance.from_config(str(server.dagster_home)) as instance:
+        for asset, step in (("events", "events"), ("sessions", "sessions")):
+            reported = _reported_jobs(instance, asset, {r["runId"] for r in runs})
+            assert reported == served[step] > 0, (asset, reported, served)
 
 
 def test_an_identical_redelivery_launches_nothing(dev):

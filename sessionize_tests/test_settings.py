@@ -33,8 +33,16 @@ def test_environment_overrides():
             "SESSIONIZE_LAKE_BACKEND": "delta-spark",
             "SESSIONIZE_DELTA_JARS_DIR": "/opt/delta",
             "SESSIONIZE_DRIVER_WRITE_BYTES": "0",
+            "SESSIONIZE_SPARK_SERVER_MASTER": "local[4]",
+            "SESSIONIZE_SPARK_SERVER_HOST": "0.0.0.0",
+            "SESSIONIZE_SPARK_SERVER_PORT": "15010",
+            "SESSIONIZE_SPARK_SERVER_UI_PORT": "4050",
+            "SESSIONIZE_SPARK_SERVER_MEMORY": "6g",
         }
     )
+    assert (s.spark_server_master, s.spark_server_host) == ("local[4]", "0.0.0.0")
+    assert (s.spark_server_port, s.spark_server_ui_port) == (15010, 4050)
+    assert s.spark_server_memory == "6g"
     assert s.driver_write_bytes == 0
     assert s.lake_backend == "delta-spark" and s.delta_jars_dir == Path("/opt/delta")
     assert s.landing_dir == Path("/in") and s.lake_dir == Path("/lake")
@@ -62,6 +70,7 @@ def test_environment_overrides():
         ("SESSIONIZE_LAKE_BACKEND", "delta"),
         ("SESSIONIZE_DRIVER_WRITE_BYTES", "-1"),
         ("SESSIONIZE_DRIVER_WRITE_BYTES", "16MB"),
+        ("SESSIONIZE_SPARK_SERVER_PORT", "fifteen"),
     ],
 )
 def test_bad_values_say_which_variable(name, value):
@@ -90,9 +99,11 @@ def test_a_lake_on_s3_is_the_delta_spark_backends_with_the_endpoint_for_spark():
     [
         ({"lake_uri": "s3a://bucket/lake"}, "SESSIONIZE_LAKE_BACKEND=delta-spark"),
         ({"lake_uri": "bucket/lake", "lake_backend": "delta-spark"}, "scheme"),
+        ({"spark_master": "sc://host:15002", "lake_backend": "delta-spark"}, "Delta Connect"),
+        ({"spark_server_port": 70000}, "spark server port must be 1-65535"),
     ],
 )
-def test_a_lake_uri_the_backend_cannot_write_is_refused(changes, says):
+def test_settings_the_backend_or_a_server_cannot_use_are_refused(changes, says):
     with pytest.raises(SettingsError, match=says):
         Settings(**changes)
 

@@ -56,7 +56,7 @@ from sessionize_assets.lake.log_files import (
 )
 from sessionize_assets.lake.maintenance import STAGING_DIR, maintain_table
 from sessionize_assets.lake.parquet_files import read_files, stage_arrow
-from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES, estimated_bytes
 from sessionize_assets.lake.store import (
     NOT_CREATED,
     AppTransaction,
@@ -358,7 +358,7 @@ class EmbeddedDeltaStore:
         return read_files(self.path(spec), spec, paths, columns, with_file=with_file)
 
     def writes_on_driver(self, df: DataFrame) -> bool:
-        size = _estimated_bytes(df)
+        size = estimated_bytes(df)
         return size is not None and size <= self._driver_write_bytes
 
     def replace_partitions_arrow(
@@ -465,7 +465,7 @@ class EmbeddedDeltaStore:
             if marked is None:
                 return [], self._stage(spec, new_rows, staging)
             small = self._driver_write_bytes - sum(size for _, _, size in candidates.values())
-            size = _estimated_bytes(new_rows)
+            size = estimated_bytes(new_rows)
             if size is not None and size <= small:
                 return self._stage_on_driver(spec, candidates, marked, new_rows, staging)
             touched, kept = self._touched_files(spec, candidates, marked)
@@ -766,17 +766,6 @@ def _candidates_of(
     if unknown:
         raise LakeError(f"{spec.name}: cannot map Spark file paths {sorted(unknown)[:2]}")
     return [candidates[path] for path in sorted(by_path)]
-
-
-def _estimated_bytes(df: DataFrame) -> int | None:
-    """The size Spark's optimizer reckons `df`'s plan at, from its inputs (files' sizes, a
-    local relation's rows), with no job: None where it has no estimate (Spark Connect, or
-    a source without statistics, which Spark reckons at `spark.sql.defaultSizeInBytes`)."""
-    try:
-        size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
-    except Exception:  # Spark Connect: no JVM plan on the client
-        return None
-    return size if size < (1 << 62) else None
 
 
 def parquet_options(spec: TableSpec) -> dict[str, str]:

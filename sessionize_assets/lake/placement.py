@@ -3,7 +3,45 @@
 A light module of its own, so that `settings` reads the default without importing Spark.
 """
 
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 # The embedded backend collects a write whose plan Spark's optimizer estimates at most this
 # size (bytes of its inputs) with Arrow and writes it from the driver
 # (`Settings.driver_write_bytes`, `EmbeddedDeltaStore._stage`).
 DEFAULT_DRIVER_WRITE_BYTES = 16 << 20
+
+# Spark reckons a source without statistics at `spark.sql.defaultSizeInBytes` (Long.MaxValue):
+# sizes from here on are no estimate.
+NO_ESTIMATE_FROM = 1 << 62
+# The optimized plan's root size in an `explain("cost")` text (`Utils.bytesToString`).
+_COST_SIZE = re.compile(r"Statistics\(sizeInBytes=([0-9.]+(?:E[0-9]+)?) ?([KMGTPE]i)?B")
+_UNITS = {None: 0, "Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+
+
+def estimated_bytes(df: DataFrame) -> int | None:
+    """The size Spark's optimizer reckons `df`'s plan at, from its inputs (files' sizes, a
+    local relation's rows), with no job; None where it has no estimate (a source without
+    statistics).
+
+    Classic sessions read it from the plan in the JVM. A Spark Connect client has no JVM: it
+    asks the server for the plan's cost explanation (one round trip, no job) and reads the
+    root's size from it, rounded as Spark prints it (three significant digits), which is
+    close enough to compare with a threshold.
+    """
+    java = getattr(df, "_jdf", None)
+    if java is not None:
+        size = int(java.queryExecution().optimizedPlan().stats().sizeInBytes())
+    else:
+        explained = df._explain_string(mode="cost")  # type: ignore[attr-defined]
+        optimized = explained.partition("== Optimized Logical Plan ==")[2]
+        found = _COST_SIZE.search(optimized)
+        if found is None:
+            return None
+        size = int(float(found.group(1)) * 1024 ** _UNITS[found.group(2)])
+    return size if size < NO_ESTIMATE_FROM else None

@@ -8,13 +8,18 @@ pipeline's correctness depends on.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
+from dagster import InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
@@ -194,6 +199,37 @@ def class_archive_options(archive: Path) -> str:
     return f"-XX:SharedArchiveFile={archive.absolute()} -Xshare:auto"
 
 
+# Spark Connect's port when an `sc://` address names none.
+CONNECT_DEFAULT_PORT = 15002
+
+
+class SparkServerUnavailable(RuntimeError):
+    """No Spark Connect server answers at the address a run was given."""
+
+
+def connect_address(remote: str) -> tuple[str, int]:
+    """The host and port of an `sc://host[:port][/;param=value...]` address."""
+    parsed = urlparse(remote)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ValueError(f"expected sc://host:port, got {remote!r}")
+    return parsed.hostname, parsed.port or CONNECT_DEFAULT_PORT
+
+
+def answers(host: str, port: int, *, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at `host:port`."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect client (no JVM in this process) rather than a classic
+    session. By its class's module: importing Connect's would load gRPC in every process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 class SparkResource(LazyPySparkResource):
     """dagster-pyspark's lazily started session, with sessionize's required settings.
 
@@ -204,7 +240,9 @@ class SparkResource(LazyPySparkResource):
     def session(self) -> SparkSession:
         """The process's session (started on first use), in UTC with microsecond timestamps.
 
-        Raises `ValueError` when `spark_config` sets a `REQUIRED_CONF` key to another value.
+        Raises `ValueError` when `spark_config` sets a `REQUIRED_CONF` key to another value,
+        and `SparkServerUnavailable` when it names a Spark Connect server that does not answer
+        (Connect's client would retry for minutes, then fail with a gRPC error).
         """
         clash = {
             k: v
@@ -213,6 +251,13 @@ class SparkResource(LazyPySparkResource):
         }
         if clash:
             raise ValueError(f"sessionize needs {REQUIRED_CONF}; spark_config overrides {clash}")
+        remote = self.spark_config.get("spark.remote")
+        if remote and not answers(*connect_address(str(remote))):
+            raise SparkServerUnavailable(
+                f"no Spark Connect server answers at {remote} (SESSIONIZE_SPARK_MASTER): "
+                "start one with `sessionize spark-server` (`make ui` and `sessionize dev` start "
+                "one), or set SESSIONIZE_SPARK_MASTER=local[*] for a session of the run's own"
+            )
         if str(self.spark_config.get("spark.master", "")).startswith("local"):
             # Local Python workers must import this package: use the driver's interpreter
             # (PySpark reads the variable, not spark.pyspark.python, when it starts them).
@@ -223,6 +268,16 @@ class SparkResource(LazyPySparkResource):
             spark.conf.set(key, value)
         _set_hadoop_conf(spark, self.spark_config)
         return spark
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        """Release a Spark Connect session of the run's own at the run's end: the server would
+        keep it until an hour's idle timeout. A session the address names (`;session_id=`,
+        `spark_server.shared_session_address`) is shared by the runs and stays; a local
+        session is the process's, and the next run in it (a replay's) uses it again."""
+        started = self._spark_session  # type: ignore[attr-defined]
+        remote = str(self.spark_config.get("spark.remote", ""))
+        if started is not None and is_connect(started) and ";session_id=" not in remote:
+            started.stop()
 
 
 def _set_hadoop_conf(spark: SparkSession, config: Mapping[str, object]) -> None:
@@ -247,14 +302,22 @@ def counting_jobs(spark: SparkSession, label: str) -> Iterator[Callable[[], int 
     and yield a function that counts them (what a run reports as `spark_jobs`).
 
     A job is every action: on small data each costs a fixed scheduling overhead, so their
-    number is the first figure of a run's cost. The count is None on Spark Connect, whose
-    client has no SparkContext. The thread's previous job group is restored on exit.
+    number is the first figure of a run's cost. The thread's previous job group is restored on
+    exit.
+
+    On Spark Connect the client has no SparkContext: the block's operations carry a tag of
+    their own instead (the server tags their jobs with it), and the count is that of the
+    server's jobs with the tag, from its Spark UI's status API (`tagged_jobs`).
     """
-    try:
-        context = spark.sparkContext
-    except Exception:  # Spark Connect: no SparkContext on the client
-        yield lambda: None
+    if is_connect(spark):
+        tag = f"{label}-{uuid.uuid4().hex}"
+        spark.addTag(tag)
+        try:
+            yield lambda: tagged_jobs(spark, tag)
+        finally:
+            spark.removeTag(tag)
         return
+    context = spark.sparkContext
     keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
     previous = {key: context.getLocalProperty(key) for key in keys}
     group = f"{label}-{uuid.uuid4().hex}"
@@ -264,3 +327,32 @@ def counting_jobs(spark: SparkSession, label: str) -> Iterator[Callable[[], int 
     finally:
         for key, value in previous.items():
             context.setLocalProperty(key, value)  # type: ignore[arg-type]
+
+
+# How long a run waits for the server's status API before it reports no job count.
+STATUS_API_TIMEOUT_SECONDS = 10.0
+
+
+def tagged_jobs(spark: SparkSession, tag: str) -> int | None:
+    """The jobs a Spark Connect server ran for operations tagged `tag` (`SparkSession.addTag`),
+    from its Spark UI's REST status API (`/api/v1/applications/<id>/jobs`), which lists a job's
+    tags: the server names a client's tag `..._Tag_<tag>`.
+
+    None when the server has no UI (`spark.ui.enabled=false`) or it does not answer: a count
+    is a report, never a reason to fail a run. Jobs the UI no longer retains
+    (`spark.ui.retainedJobs`, 1,000) are not counted.
+    """
+    try:
+        conf = spark.conf
+        if conf.get("spark.ui.enabled", "true") == "false":
+            return None
+        url = (
+            f"http://{conf.get('spark.driver.host')}:{conf.get('spark.ui.port', '4040')}"
+            f"/api/v1/applications/{conf.get('spark.app.id')}/jobs"
+        )
+        with urllib.request.urlopen(url, timeout=STATUS_API_TIMEOUT_SECONDS) as response:
+            jobs = json.load(response)
+    except (OSError, ValueError):
+        return None
+    suffix = f"_Tag_{tag}"
+    return sum(any(t.endswith(suffix) for t in job.get("jobTags", ())) for job in jobs)

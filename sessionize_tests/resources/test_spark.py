@@ -6,15 +6,20 @@ import sys
 
 import pytest
 
+from sessionize_assets.dev_server import free_port
 from sessionize_assets.resources.spark import (
     DRIVER_OPTIONS,
     SparkResource,
+    SparkServerUnavailable,
     class_archive_options,
+    connect_address,
     delta_jars,
     local_cores,
     s3a_jars,
     spark_config,
 )
+from sessionize_assets.settings import Settings
+from sessionize_assets.spark_server import server_command, server_conf, serves
 from sessionize_tests.conftest import JVM_CLASS_ARCHIVE
 
 
@@ -82,6 +87,49 @@ def test_the_spark_connect_client_comes_with_the_install():
     from pyspark.sql.connect.utils import check_dependencies
 
     check_dependencies("pyspark.sql.connect.session")
+
+
+def test_a_run_without_its_connect_server_fails_saying_so_at_once():
+    """No server at the address: the run's first Spark step fails at once, naming the
+    address and how to start one (Connect's client would retry for minutes); a retry of the
+    run finds it once it is up."""
+    address = f"sc://127.0.0.1:{free_port()}/;session_id=5f0e4c9a-6a57-4c1e-9d0e-1b2c3d4e5f60"
+    resource = SparkResource(spark_config=spark_config(master=address))
+    with pytest.raises(SparkServerUnavailable, match="sessionize spark-server") as raised:
+        resource.session()
+    assert address in str(raised.value)
+
+
+def test_connect_addresses_name_a_host_and_a_port():
+    assert connect_address("sc://10.0.0.5:15010/;session_id=x") == ("10.0.0.5", 15010)
+    assert connect_address("sc://spark.internal") == ("spark.internal", 15002)
+    with pytest.raises(ValueError, match="sc://host:port"):
+        connect_address("local[2]")
+
+
+def test_the_server_starts_with_the_local_settings_on_loopback_with_its_ui():
+    settings = Settings(
+        spark_server_master="local[3]",
+        spark_server_port=15010,
+        spark_server_memory="3g",
+        spark_conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "6"},
+    )
+    conf = server_conf(settings)
+    assert conf["spark.master"] == "local[3]" and conf["spark.sql.adaptive.enabled"] == "false"
+    assert conf["spark.sql.shuffle.partitions"] == "6"  # the user's setting still wins
+    assert conf["spark.ui.enabled"] == "true"  # the runs count their jobs from it
+    assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
+    assert conf["spark.connect.grpc.binding.port"] == "15010"
+    assert conf["spark.driver.memory"] == "3g"
+    command = server_command(settings)
+    assert command[command.index("--class") + 1].endswith("SparkConnectServer")
+    assert command[-1].endswith(".jar") and "spark-connect_" in command[-1]
+
+
+def test_only_local_masters_on_the_embedded_backend_get_a_server():
+    assert serves(Settings()) is None
+    assert "spark://host:7077" in serves(Settings(spark_master="spark://host:7077"))
+    assert "Delta Connect" in serves(Settings(lake_backend="delta-spark"))
 
 
 LAZY_START = """

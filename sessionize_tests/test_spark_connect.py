@@ -1,0 +1,156 @@
+"""The command line over a Spark Connect server, as a deployed daemon's runs use it.
+
+`sessionize spark-server`'s server (`spark_server.running_server`, on the tests' small local
+master) serves `sessionize replay` and `sessionize rebuild`, each in a process of its own: a
+Connect client in a process turns every pyspark call of that process into a Connect call, so
+no test process may hold one beside its classic session. The tables must equal the full
+recompute, each batch reports its Spark jobs (counted by the server), the runs share one
+server session (one Python daemon for all their Python functions), and a rebuild and the
+maintenance job leave them so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from sessionize_assets.dev_server import free_port
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.spark_server import running_server
+from sessionize_tests.conftest import make_settings, settings_environment
+from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
+
+# Minutes of end-to-end runs: started first (conftest.py).
+pytestmark = pytest.mark.slow
+
+START = date(2026, 1, 1)
+TIMEOUT = 600
+
+
+def _sessionize(*args: str, env: dict[str, str], cwd: Path) -> str:
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("sessionize")), *args],
+        env={**os.environ, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spark_connect")
+    settings = make_settings(
+        root,
+        start_date=START,
+        spark_server_master="local[2]",
+        spark_server_port=free_port(),
+        spark_server_ui_port=free_port(),
+    )
+    generate_landing_zone(
+        out=settings.landing_dir, start=START, days=4, users=60, seed=23, late_share=0.2
+    )
+    with running_server(settings, log_path=root / "spark-server.log") as address:
+        env = settings_environment(settings) | {
+            "SESSIONIZE_SPARK_MASTER": address,
+            "DAGSTER_HOME": str(root / "dagster_home"),
+        }
+        replayed = _sessionize("replay", env=env, cwd=root)
+        yield settings, env, root, replayed
+
+
+def test_a_replay_over_the_server_equals_the_full_recompute(served, spark):
+    settings, _, _, output = served
+    assert f"Spark started (sc://127.0.0.1:{settings.spark_server_port}/;session_id=" in output
+    progress = [line for line in output.splitlines() if re.match(r"\[\d/4\] ", line)]
+    assert len(progress) == 4 and all(" ok in " in line for line in progress), output
+    # Counted by the server (the client has no SparkContext): as many as a local session's.
+    jobs = [int(re.search(r"spark jobs=(\d+),", line).group(1)) for line in progress]
+    assert all(count >= 10 for count in jobs), progress
+    assert_tables_equal_the_full_recompute(settings, spark)
+
+
+def test_the_runs_share_one_python_daemon_of_the_server(served):
+    settings, *_ = served
+    (server,) = _server_pids(settings.spark_server_port)
+    daemons = [pid for pid, parent in _python_daemons() if parent == server]
+    # One for the shared session: a session per run would leave one per ingest run (four).
+    assert len(daemons) == 1, daemons
+
+
+def test_a_rebuild_over_the_server_changes_nothing(served, spark):
+    settings, env, root, _ = served
+    output = _sessionize("rebuild", env=env, cwd=root)
+    assert re.search(r"^recomputed (\d+) event days and \1 session days$", output, re.M), output
+    assert "sessions changed on 0 days" in output.splitlines(), output
+    assert_tables_equal_the_full_recompute(settings, spark)
+
+
+MAINTAIN = """
+from dagster import DagsterInstance
+from sessionize_assets.definitions import build_definitions
+from sessionize_assets.schedules import MAINTENANCE_JOB
+from sessionize_assets.settings import Settings
+
+job = build_definitions(Settings.from_env()).resolve_job_def(MAINTENANCE_JOB)
+result = job.execute_in_process(instance=DagsterInstance.get())
+print("compacted", result.output_for_node("maintain_tables") is None and result.success)
+"""
+
+
+def test_the_maintenance_job_over_the_server_keeps_every_row(served, spark):
+    settings, env, root, _ = served
+    done = subprocess.run(
+        [sys.executable, "-c", MAINTAIN],
+        env={**os.environ, **env},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0 and "compacted True" in done.stdout, done.stdout + done.stderr
+    assert_tables_equal_the_full_recompute(settings, spark)
+
+
+def _server_pids(port: int) -> list[int]:
+    """The JVMs of Spark Connect servers bound to `port`."""
+    return [
+        pid
+        for pid, args in _processes()
+        if "SparkConnectServer" in args and f"spark.connect.grpc.binding.port={port}" in args
+    ]
+
+
+def _python_daemons() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every pyspark Python worker daemon on the machine."""
+    found = []
+    for pid, args in _processes():
+        if "pyspark.daemon" in args:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            found.append((pid, int(stat[1])))
+    return found
+
+
+def _processes() -> list[tuple[int, str]]:
+    listed = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        listed.append((int(cmdline.parent.name), args))
+    return listed
