@@ -31,7 +31,7 @@ S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
 # again after an install (another pyspark is another class path).
 JVM_ARCHIVE := jars/spark-driver.jsa
 
-.PHONY: help java jars jvm-archive demo demo-day test lint format ui screenshot bench bench-small clean
+.PHONY: help java jars jvm-archive demo demo-day test lint format ui screenshot bench bench-small bench-daemon clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
@@ -41,6 +41,7 @@ help:
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
 	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick for a few minutes)"
 	@echo "make bench-small  a small batch against a bare PySpark full recompute, by phase"
+	@echo "make bench-daemon  the UI's runs (sessionize dev) against the same batches in one process"
 	@echo "make jars   fetch the Delta Lake and S3 connector jars from Maven Central (make test does)"
 	@echo "make jvm-archive  the class archive new Spark drivers start from (make test and make ui do)"
 
@@ -163,11 +164,18 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 # about 20 M events by default (an hour or more on 2 cores). Both print tables.
 BENCH_ARGS ?=
 BENCH_SMALL_ARGS ?=
-bench: bench-small
+BENCH_DAEMON_ARGS ?=
+bench: bench-small bench-daemon
 	$(BIN)/python scripts/bench_scale.py $(BENCH_ARGS)
 
 bench-small: java jars $(STAMP)
 	$(BIN)/python scripts/bench_small_batch.py $(BENCH_SMALL_ARGS)
+
+# The UI's path (about 10 minutes): batches of about 2,000 lines dropped one by one under
+# `sessionize dev`, each run's wall next to the same batches in one process (`sessionize
+# replay`); --classic-daemon adds plain `dagster dev`, a JVM per run (docs/spark-server.md).
+bench-daemon: java $(STAMP) $(JVM_ARCHIVE)
+	$(BIN)/python scripts/bench_daemon.py $(BENCH_DAEMON_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

@@ -48,7 +48,14 @@ from sessionize_assets.generator import generate_landing_zone
 
 START = date(2026, 1, 1)
 PROJECT = Path(__file__).resolve().parents[1]
-JOBS = ("ingest_batch_job", "events_job", "sessions_job", "lifecycle_job")
+# A batch's steps by the job that runs them: automation launches sessions as an asset job.
+STEPS = {
+    "ingest_batch_job": "ingest",
+    "events_job": "events",
+    "sessions_job": "sessions",
+    "__ASSET_JOB": "sessions",
+    "lifecycle_job": "snapshot",
+}
 # Sensor ticks a batch waits for on its way to the snapshot (landing, late data, automation,
 # lifecycle).
 TICKS_ON_THE_PATH = 4
@@ -156,6 +163,7 @@ def _daemon(workdir: Path, zone: Path, batches: list[str], *, interval: int, pro
     (workdir / "landing").mkdir()
     env = _environment(workdir, interval=interval)
     latencies = []
+    phases: list[dict[str, float]] = []
     with DagsterDev(workdir=workdir, dagster_home=home, env=env, program=program) as server:
         for name in batches:
             before = {r["runId"] for r in server.runs()}
@@ -173,17 +181,39 @@ def _daemon(workdir: Path, zone: Path, batches: list[str], *, interval: int, pro
             # Anything the sensors launch at their next tick belongs to this batch too.
             time.sleep(2 * interval)
             server.wait_for(server.idle, timeout=BATCH_TIMEOUT, what=f"batch {name} to end")
-            ended = max(
-                record.end_time or 0.0
-                for record in _records(home)
-                if record.dagster_run.run_id not in before
+            runs = sorted(
+                (r for r in _records(home) if r.dagster_run.run_id not in before),
+                key=lambda r: r.create_timestamp,
             )
+            ended = max(r.end_time or 0.0 for r in runs)
             latencies.append(ended - arrived)
-            print(f"  {name}: {ended - arrived:.1f} s to its snapshot", flush=True)
+            parts = _path(runs, arrived)
+            phases.append(parts)
+            print(
+                f"  {name}: {ended - arrived:.1f} s to its snapshot ("
+                + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+                + ")",
+                flush=True,
+            )
         failed = [r for r in server.runs() if r["status"] != "SUCCESS"]
     if failed:
         print(f"  runs that did not succeed: {failed}")
-    return {"walls": _run_walls(home), "batches": latencies}
+    return {"walls": _run_walls(home), "batches": latencies, "phases": phases}
+
+
+def _path(runs: list, arrived: float) -> dict[str, float]:
+    """Where a batch's time went, from the folder's arrival to its last run's end: waiting for
+    the next run to be made (a sensor's tick; automation's backfill), for it to start (the
+    queue, a process importing the code), and in the runs (RUN_START to their end)."""
+    parts = {"until made": 0.0, "made to started": 0.0, "in runs": 0.0}
+    previous = arrived
+    for run in runs:
+        made = run.create_timestamp.timestamp()
+        parts["until made"] += max(0.0, made - previous)
+        parts["made to started"] += (run.start_time or made) - made
+        parts["in runs"] += (run.end_time or made) - (run.start_time or made)
+        previous = run.end_time or made
+    return parts
 
 
 def _deliver(source: Path, target: Path) -> None:
@@ -202,11 +232,12 @@ def _records(home: Path) -> list:
 
 
 def _run_walls(home: Path) -> dict[str, list[float]]:
-    """Each job's run walls (RUN_START to the run's end), in the order the runs were made."""
+    """Each step's run walls (RUN_START to the run's end), in the order the runs were made."""
     walls: dict[str, list[float]] = defaultdict(list)
     for record in sorted(_records(home), key=lambda r: r.create_timestamp):
+        step = STEPS.get(record.dagster_run.job_name, record.dagster_run.job_name)
         if record.start_time and record.end_time:
-            walls[record.dagster_run.job_name].append(record.end_time - record.start_time)
+            walls[step].append(record.end_time - record.start_time)
     return walls
 
 
@@ -218,11 +249,11 @@ def _report(passes: dict[str, dict], *, interval: int) -> None:
     names = list(passes)
     base = passes[names[0]]
     rows = []
-    for job in JOBS:
-        cells = [job]
-        reference = _median_after_first(base["walls"].get(job, [0.0]))
+    for step in dict.fromkeys(STEPS.values()):
+        cells = [step]
+        reference = _median_after_first(base["walls"].get(step, [0.0]))
         for name in names:
-            walls = passes[name]["walls"].get(job, [])
+            walls = passes[name]["walls"].get(step, [])
             if not walls:
                 cells.append("-")
                 continue
@@ -230,8 +261,8 @@ def _report(passes: dict[str, dict], *, interval: int) -> None:
             ratio = f" ({median / reference:.2f}x)" if name != names[0] and reference else ""
             cells.append(f"{median:.2f}{ratio}")
         rows.append(cells)
-    print("\nmedian run wall per job, seconds (runs after each job's first):")
-    print(_table(["job", *names], rows))
+    print("\nmedian run wall per step's job, seconds (runs after each job's first):")
+    print(_table(["step", *names], rows))
     replay_batch = _median_after_first(base["batches"])
     bound = 2 * replay_batch + TICKS_ON_THE_PATH * interval
     print("\nmedian batch after the first, seconds:")
@@ -246,6 +277,13 @@ def _report(passes: dict[str, dict], *, interval: int) -> None:
         ]
     )
     print(_table(["", "seconds"], rows))
+    for name in names[1:]:
+        phases = passes[name]["phases"][1:] or passes[name]["phases"]
+        medians = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+        print(
+            f"{name}, a batch's median seconds: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in medians.items())
+        )
     counts = {name: sum(len(v) for v in p["walls"].values()) for name, p in passes.items()}
     print(f"\nruns: {counts}; sensor interval {timedelta(seconds=interval)}")
 
