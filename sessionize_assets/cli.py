@@ -66,10 +66,12 @@ def _replay(args: argparse.Namespace) -> int:
     if args.landing:
         settings = settings.with_overrides(landing_dir=Path(args.landing))
     _default_dagster_home()
-    with _code_server() as server:
+    # The instance first: it creates a new home's SQLite databases before the code server opens
+    # the same home (two processes creating them at once can stamp a schema twice, which
+    # Dagster then refuses to read: a replay over Spark Connect, with no JVM to start, hit it).
+    with DagsterInstance.get() as instance, _code_server() as server:
         _start_spark_quietly(settings)
-        with DagsterInstance.get() as instance:
-            summary = replay(settings=settings, instance=instance, echo=print, at_once=args.at_once)
+        summary = replay(settings=settings, instance=instance, echo=print, at_once=args.at_once)
         _hand_over_cursors(summary.sensor_cursors, server)
     return 0 if summary.ok else 1
 
@@ -113,7 +115,7 @@ def _dev(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     dagster = [str(Path(sys.executable).with_name("dagster")), "dev", *args.dagster_args]
-    reason = serves(settings)
+    reason = "dagster dev --help" if "--help" in args.dagster_args else serves(settings)
     with _stopped_by_sigterm(), ExitStack() as stack:
         env = dict(os.environ)
         if reason is None:

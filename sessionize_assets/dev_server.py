@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sessionize_assets.spark_server import stop_process_group
 from sessionize_assets.workspace import CODE_LOCATION, workspace_yaml
 
 REPOSITORY = "__repository__"
@@ -99,15 +99,8 @@ class DagsterDev:
         self.wait_for(self._daemons_healthy, timeout=timeout, what="webserver and daemons")
 
     def stop(self, *, timeout: float = 30.0) -> None:
-        process = self._process
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        if self._process is not None:
+            stop_process_group(self._process, timeout=timeout)
         self._process = None
 
     def log_tail(self, lines: int = 40) -> str:

@@ -131,8 +131,8 @@ class Settings:
         if self.lake_backend == "delta-spark" and self.spark_master.startswith("sc://"):
             raise SettingsError(
                 f"Spark master {self.spark_master}: the delta-spark backend runs Delta's "
-                "operations through Delta's Python API, which needs a Delta Connect server, "
-                "and Delta 4.0 publishes none (docs: Spark); give it a local or cluster master"
+                "operations through Delta's Python API, which needs a Delta Connect server, and "
+                "Delta 4.0 publishes none (docs/spark-server.md): give it a local or cluster master"
             )
         if self.retention < timedelta(0):
             raise SettingsError(f"retention must be >= 0, got {self.retention}")

@@ -2,7 +2,8 @@
 
 Under `dagster dev` every run is a process of its own. With a local master each run started a
 JVM, loaded the jars and compiled Spark's generated code, then threw all of it away at its end:
-a batch is four runs, and they cost 4-17 times the same batch in one process (docs: Spark).
+a batch is four runs, and they cost 4-17 times the same batch in one process
+(`docs/spark-server.md`).
 The server is that JVM, started once and kept warm: `sessionize dev` (what `make ui` runs)
 starts it with the webserver and daemon and stops it with them, and `sessionize spark-server`
 runs it alone, beside a deployed daemon. The runs reach it by
@@ -107,6 +108,13 @@ def server_conf(settings: Settings) -> dict[str, str]:
     and the user's `SESSIONIZE_SPARK_CONF`), where it listens, its heap, and its Spark UI (the
     runs count their Spark jobs from the UI's status API, `resources/spark.tagged_jobs`)."""
     conf = spark_config(master=settings.spark_server_master, conf=settings.spark_conf)
+    if settings.spark_server_master.startswith("local"):
+        # Its UI on the interface it listens on (the runs ask the UI's status API for their job
+        # counts); a cluster's executors reach the driver as SESSIONIZE_SPARK_CONF says.
+        conf |= {
+            "spark.driver.host": _reachable(settings.spark_server_host),
+            "spark.driver.bindAddress": settings.spark_server_host,
+        }
     return conf | {
         # On whatever SESSIONIZE_SPARK_CONF says: the runs count their jobs from it.
         "spark.ui.enabled": "true",
@@ -116,9 +124,6 @@ def server_conf(settings: Settings) -> dict[str, str]:
         GRPC_PORT: str(settings.spark_server_port),
         "spark.driver.memory": settings.spark_server_memory,
         "spark.ui.port": str(settings.spark_server_ui_port),
-        # The UI on the same interface as the server (the status API answers job counts).
-        "spark.driver.host": _reachable(settings.spark_server_host),
-        "spark.driver.bindAddress": settings.spark_server_host,
     }
 
 
@@ -180,7 +185,7 @@ def running_server(settings: Settings, *, log_path: Path | None) -> Iterator[str
         _wait_until_answering(process, host, port, log_path)
         yield shared_session_address(address)
     finally:
-        _stop(process)
+        stop_process_group(process, timeout=STOP_TIMEOUT_SECONDS)
 
 
 def _stop_with_parent() -> None:
@@ -210,12 +215,14 @@ def _wait_until_answering(
         time.sleep(0.25)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process_group(process: subprocess.Popen[bytes], *, timeout: float) -> None:
+    """SIGTERM the process group `process` leads (started with `start_new_session`), and
+    SIGKILL it if it has not ended within `timeout` seconds."""
     if process.poll() is not None:
         return
     os.killpg(process.pid, signal.SIGTERM)
     try:
-        process.wait(timeout=STOP_TIMEOUT_SECONDS)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)

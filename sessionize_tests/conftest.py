@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -116,6 +119,32 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "SESSIONIZE_MAINTENANCE_CRON": settings.maintenance_cron or "off",
         "SESSIONIZE_SENSOR_INTERVAL_SECONDS": str(settings.sensor_interval_seconds),
     }
+
+
+def run_command(
+    command: Sequence[str], *, env: Mapping[str, str], cwd: Path | None = None, timeout: float
+) -> str:
+    """`command`'s output, run in a process of its own with `env` over this one's
+    environment; it must succeed (the assertion shows the end of its output)."""
+    done = subprocess.run(
+        list(command),
+        env={**os.environ, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def run_sessionize(
+    *args: str, env: Mapping[str, str], cwd: Path | None = None, timeout: float
+) -> str:
+    """`sessionize ARGS` (this venv's command) through `run_command`."""
+    sessionize = str(Path(sys.executable).with_name("sessionize"))
+    return run_command([sessionize, *args], env=env, cwd=cwd, timeout=timeout)
 
 
 def wait_until_group_is_gone(pgid: int, *, timeout: float = 60.0) -> None:

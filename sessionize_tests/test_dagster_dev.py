@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -32,7 +30,7 @@ from deltalake import DeltaTable
 from sessionize_assets.dev_server import DagsterDev, free_port
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.settings import Settings
-from sessionize_tests.conftest import make_settings, settings_environment
+from sessionize_tests.conftest import make_settings, run_sessionize, settings_environment
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 
@@ -125,18 +123,11 @@ def dev(tmp_path_factory):
     # The project's instance settings: run queue pools, run monitoring, run retries.
     shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
     # `make demo`: the batches so far through `sessionize replay`, which hands its cursors over.
-    replayed = subprocess.run(
-        [str(Path(sys.executable).with_name("sessionize")), "replay"],
-        env={**os.environ, **env, "DAGSTER_HOME": str(home)},
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=BATCH_TIMEOUT,
-        check=False,
+    replayed = run_sessionize(
+        "replay", env=env | {"DAGSTER_HOME": str(home)}, cwd=root, timeout=BATCH_TIMEOUT
     )
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     with DagsterDev(workdir=root, dagster_home=home, env=env, program="sessionize") as server:
-        yield server, settings, generated, replayed.stdout
+        yield server, settings, generated, replayed
 
 
 def deliver(generated: Path, settings: Settings, day: date) -> None:

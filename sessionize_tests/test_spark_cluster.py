@@ -29,7 +29,7 @@ from sessionize_assets.dev_server import free_port
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import replay
 from sessionize_assets.settings import LAKE_BACKENDS
-from sessionize_tests.conftest import DELTA_JARS_DIR, make_settings
+from sessionize_tests.conftest import DELTA_JARS_DIR, make_settings, run_sessionize
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -177,16 +177,8 @@ def test_replay_on_a_standalone_cluster_equals_local_mode(
         # Executors start Python workers for the validation UDF: the interpreter of this venv.
         "PYSPARK_PYTHON": sys.executable,
     }
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("sessionize")), "replay"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"Spark started ({cluster})" in done.stdout
+    output = run_sessionize("replay", env=env, timeout=900)
+    assert f"Spark started ({cluster})" in output
 
     for table, columns in TABLES.items():
         expected = _rows(local_lake, table, columns)

@@ -11,9 +11,7 @@ maintenance job leave them so.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 from datetime import date
 from pathlib import Path
@@ -23,7 +21,12 @@ import pytest
 from sessionize_assets.dev_server import free_port
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.spark_server import running_server
-from sessionize_tests.conftest import make_settings, settings_environment
+from sessionize_tests.conftest import (
+    make_settings,
+    run_command,
+    run_sessionize,
+    settings_environment,
+)
 from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).
@@ -31,20 +34,6 @@ pytestmark = pytest.mark.slow
 
 START = date(2026, 1, 1)
 TIMEOUT = 600
-
-
-def _sessionize(*args: str, env: dict[str, str], cwd: Path) -> str:
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("sessionize")), *args],
-        env={**os.environ, **env},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +54,7 @@ def served(tmp_path_factory):
             "SESSIONIZE_SPARK_MASTER": address,
             "DAGSTER_HOME": str(root / "dagster_home"),
         }
-        replayed = _sessionize("replay", env=env, cwd=root)
+        replayed = run_sessionize("replay", env=env, cwd=root, timeout=TIMEOUT)
         yield settings, env, root, replayed
 
 
@@ -90,7 +79,7 @@ def test_the_runs_share_one_python_daemon_of_the_server(served):
 
 def test_a_rebuild_over_the_server_changes_nothing(served, spark):
     settings, env, root, _ = served
-    output = _sessionize("rebuild", env=env, cwd=root)
+    output = run_sessionize("rebuild", env=env, cwd=root, timeout=TIMEOUT)
     assert re.search(r"^recomputed (\d+) event days and \1 session days$", output, re.M), output
     assert "sessions changed on 0 days" in output.splitlines(), output
     assert_tables_equal_the_full_recompute(settings, spark)
@@ -110,16 +99,8 @@ print("compacted", result.output_for_node("maintain_tables") is None and result.
 
 def test_the_maintenance_job_over_the_server_keeps_every_row(served, spark):
     settings, env, root, _ = served
-    done = subprocess.run(
-        [sys.executable, "-c", MAINTAIN],
-        env={**os.environ, **env},
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert done.returncode == 0 and "compacted True" in done.stdout, done.stdout + done.stderr
+    output = run_command([sys.executable, "-c", MAINTAIN], env=env, cwd=root, timeout=TIMEOUT)
+    assert "compacted True" in output, output
     assert_tables_equal_the_full_recompute(settings, spark)
 
 

@@ -20,7 +20,7 @@ DEFAULT_DRIVER_WRITE_BYTES = 16 << 20
 # sizes from here on are no estimate.
 NO_ESTIMATE_FROM = 1 << 62
 # The optimized plan's root size in an `explain("cost")` text (`Utils.bytesToString`).
-_COST_SIZE = re.compile(r"Statistics\(sizeInBytes=([0-9.]+(?:E[0-9]+)?) ?([KMGTPE]i)?B")
+_COST_SIZE = re.compile(r"Statistics\(sizeInBytes=([0-9.]+(?:E[+-]?[0-9]+)?) ?([KMGTPE]i)?B")
 _UNITS = {None: 0, "Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 
 

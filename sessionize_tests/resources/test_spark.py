@@ -121,6 +121,10 @@ def test_the_server_starts_with_the_local_settings_on_loopback_with_its_ui():
     assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
     assert conf["spark.connect.grpc.binding.port"] == "15010"
     assert conf["spark.driver.memory"] == "3g"
+    assert conf["spark.driver.bindAddress"] == conf["spark.driver.host"] == "127.0.0.1"
+    # A server whose driver runs on a cluster: its executors reach it as the user says.
+    on_cluster = server_conf(Settings(spark_server_master="spark://host:7077"))
+    assert "spark.driver.bindAddress" not in on_cluster
     command = server_command(settings)
     assert command[command.index("--class") + 1].endswith("SparkConnectServer")
     assert command[-1].endswith(".jar") and "spark-connect_" in command[-1]
