@@ -27,6 +27,7 @@ Everything comes from one run and is printed; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import statistics
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import _table
 from dagster import DagsterInstance, RunsFilter
 
-from sessionize_assets.dev_server import DagsterDev, free_port
+from sessionize_assets.dev_server import DagsterDev, free_port, land_folder
 from sessionize_assets.generator import generate_landing_zone
 
 START = date(2026, 1, 1)
@@ -100,8 +101,6 @@ def main() -> None:
 
 
 def _lines(folder: Path) -> int:
-    import gzip
-
     total = 0
     for path in folder.iterdir():
         opener = gzip.open if path.suffix == ".gz" else open
@@ -168,7 +167,7 @@ def _daemon(workdir: Path, zone: Path, batches: list[str], *, interval: int, pro
         for name in batches:
             before = {r["runId"] for r in server.runs()}
             arrived = time.time()
-            _deliver(zone / name, workdir / "landing" / name)
+            land_folder(zone / name, workdir / "landing")
 
             def settled(before: set[str] = before) -> bool:
                 runs = [r for r in server.runs() if r["runId"] not in before]
@@ -214,16 +213,6 @@ def _path(runs: list, arrived: float) -> dict[str, float]:
         parts["in runs"] += (run.end_time or made) - (run.start_time or made)
         previous = run.end_time or made
     return parts
-
-
-def _deliver(source: Path, target: Path) -> None:
-    """A batch folder lands as a collector writes it: files written aside, then moved in."""
-    staging = target.parent.parent / f"incoming-{target.name}"
-    shutil.copytree(source, staging)
-    target.mkdir(parents=True, exist_ok=True)
-    for path in sorted(staging.iterdir()):
-        os.replace(path, target / path.name)
-    staging.rmdir()
 
 
 def _records(home: Path) -> list:

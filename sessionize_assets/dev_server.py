@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +29,19 @@ T = TypeVar("T")
 
 class DevServerError(RuntimeError):
     """dagster dev did not start, or a GraphQL call failed."""
+
+
+def land_folder(source: Path, landing: Path) -> None:
+    """Land the batch folder `source` in `landing` as a collector writes it: its files are
+    copied aside, then moved in one by one (what the landing sensor sees under `dagster dev`)."""
+    staging = landing.parent / f"incoming-{source.name}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    target = landing / source.name
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(staging.iterdir()):
+        os.replace(path, target / path.name)
+    staging.rmdir()
 
 
 def free_port() -> int:

@@ -15,7 +15,6 @@ is.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import urllib.request
@@ -27,8 +26,9 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
-from sessionize_assets.dev_server import DagsterDev, free_port
+from sessionize_assets.dev_server import DagsterDev, free_port, land_folder
 from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.resources.spark import SERVER_TAG_MARK
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import make_settings, run_sessionize, settings_environment
 from sessionize_tests.lifecycle_reference import lifecycle_reference
@@ -131,16 +131,8 @@ def dev(tmp_path_factory):
 
 
 def deliver(generated: Path, settings: Settings, day: date) -> None:
-    """A batch folder lands as a collector writes it: files written aside, then moved in."""
-    name = f"received_date={day.isoformat()}"
-    staging = settings.landing_dir.parent / f"incoming-{name}"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(generated / name, staging)
-    target = settings.landing_dir / name
-    target.mkdir(parents=True, exist_ok=True)
-    for path in sorted(staging.iterdir()):
-        os.replace(path, target / path.name)
-    staging.rmdir()
+    """The generated batch of `day` lands in the landing zone (`land_folder`)."""
+    land_folder(generated / f"received_date={day.isoformat()}", settings.landing_dir)
 
 
 def _server_jobs_by_step(settings: Settings) -> Counter:
@@ -152,10 +144,10 @@ def _server_jobs_by_step(settings: Settings) -> Counter:
     with urllib.request.urlopen(f"{base}/{app['id']}/jobs", timeout=30) as response:
         jobs = json.load(response)
     return Counter(
-        tag.rsplit("_Tag_", 1)[1].rsplit("-", 1)[0]
+        tag.rsplit(SERVER_TAG_MARK, 1)[1].rsplit("-", 1)[0]
         for job in jobs
         for tag in job["jobTags"]
-        if "_Tag_" in tag
+        if SERVER_TAG_MARK in tag
     )
 
 

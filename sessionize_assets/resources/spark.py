@@ -252,7 +252,8 @@ class SparkResource(LazyPySparkResource):
         if clash:
             raise ValueError(f"sessionize needs {REQUIRED_CONF}; spark_config overrides {clash}")
         remote = self.spark_config.get("spark.remote")
-        if remote and not answers(*connect_address(str(remote))):
+        started = self._spark_session is not None  # type: ignore[attr-defined]
+        if remote and not started and not answers(*connect_address(str(remote))):
             raise SparkServerUnavailable(
                 f"no Spark Connect server answers at {remote} (SESSIONIZE_SPARK_MASTER): "
                 "start one with `sessionize spark-server` (`make ui` and `sessionize dev` start "
@@ -331,6 +332,9 @@ def counting_jobs(spark: SparkSession, label: str) -> Iterator[Callable[[], int 
 
 # How long a run waits for the server's status API before it reports no job count.
 STATUS_API_TIMEOUT_SECONDS = 10.0
+# What precedes a client's tag in the tags a Connect server gives its jobs
+# (`SparkConnect_SessionTag_User_<user>_Session_<id>_Tag_<tag>`).
+SERVER_TAG_MARK = "_Tag_"
 
 
 def tagged_jobs(spark: SparkSession, tag: str) -> int | None:
@@ -354,5 +358,5 @@ def tagged_jobs(spark: SparkSession, tag: str) -> int | None:
             jobs = json.load(response)
     except (OSError, ValueError):
         return None
-    suffix = f"_Tag_{tag}"
+    suffix = f"{SERVER_TAG_MARK}{tag}"
     return sum(any(t.endswith(suffix) for t in job.get("jobTags", ())) for job in jobs)
