@@ -49,6 +49,13 @@ LIFECYCLE_JOB = "lifecycle_job"
 CHECKS_JOB = "checks_job"
 REBUILD_JOB = "rebuild_job"
 AUTOMATION_SENSOR = "sessions_automation"
+# Automation on sessions ticks every this many sensor intervals. It is the backstop: the
+# stale_sessions_sensor requests the same dates as a range run as soon as an events run ends,
+# and automation asks for a date a tick after its events changed at the earliest
+# (`partitions.late_data_condition`). Dagster can see a run's materializations land between
+# two reads of one tick, and then requests what that run has just done; the rarer its ticks,
+# the rarer that needless run.
+AUTOMATION_INTERVALS = 4
 SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
 # rebuild_job's run config. A caller that passes its own run config (logging, say) must merge
 # this in: Dagster drops a job's default config when a partitioned run is given any.
@@ -146,8 +153,13 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 AUTOMATION_SENSOR,
                 target=AssetSelection.assets(*SESSION_ASSETS),
                 default_status=DefaultSensorStatus.RUNNING,
-                minimum_interval_seconds=settings.sensor_interval_seconds,
-                description="Re-materializes sessions whose events changed, old dates included.",
+                # A backstop: stale_sessions_sensor launches what it would ask for, at once.
+                minimum_interval_seconds=AUTOMATION_INTERVALS * settings.sensor_interval_seconds,
+                description=(
+                    "Re-materializes sessions whose events changed, old dates included, when no "
+                    "run has taken them up a tick after the change (stale_sessions_sensor "
+                    "launches them first)."
+                ),
             ),
         ],
         resources=build_resources(settings, spark_ui=spark_ui),

@@ -130,6 +130,12 @@ def late_data_condition(*, ignore: AssetSelection | None = None) -> AutomationCo
       partition has nothing to compute until its events exist, and on a first tick (a new
       Dagster home after `sessionize replay`) every empty date would count as newly missing.
 
+    And one thing is added: a partition is requested a tick after its deps were updated at
+    the earliest (`~updated`), if no run has taken it up by then. The stale_sessions_sensor
+    requests the same partitions as soon as the events run has ended, as one range run;
+    automation would request them as a backfill, which the backfill daemon starts up to 30 s
+    later (its loop is fixed). The sensor ticks more often (`AUTOMATION_INTERVALS`).
+
     Updates of the `ignore` deps do not count.
     """
     updated = AutomationCondition.any_deps_updated()
@@ -137,6 +143,7 @@ def late_data_condition(*, ignore: AssetSelection | None = None) -> AutomationCo
         updated = updated.ignore(ignore)
     return (
         updated.since_last_handled()
+        & ~updated.with_label("not a tick ago")
         & ~AutomationCondition.any_deps_in_progress()
         & ~AutomationCondition.in_progress()
     ).with_label("eager for late data")

@@ -57,7 +57,7 @@ from sessionize_assets.sensors import (
     event_plans_behind,
     landing_comparison,
     lifecycle_catch_up,
-    stale_session_dates,
+    sessions_behind,
 )
 from sessionize_assets.settings import Settings
 
@@ -421,8 +421,9 @@ class BatchDriver:
                 break
         # Tick until nothing more is requested: a tick also records that the last runs handled
         # their requests, which a new request in the same tick would otherwise be lost to.
-        # The dates the lake says are behind go with automation's (a run that failed or died
-        # before its manifest commit is not requested by automation again).
+        # The stale_sessions_sensor's dates go with automation's: it asks for what automation
+        # asks for a tick later, and for what the lake says is behind (a run that failed or
+        # died before its manifest commit is not requested by automation again).
         for _ in range(_MAX_AUTOMATION_ROUNDS):
             requested = sorted({*self.automation.tick(), *self._stale_sessions()}) if ok else []
             if not requested:
@@ -468,7 +469,9 @@ class BatchDriver:
 
     def _stale_sessions(self) -> list[date]:
         assert self.sessions.partitions_def is not None
-        return stale_session_dates(self.settings, session_days=self.sessions.partitions_def)
+        return list(
+            sessions_behind(self.settings, self.instance, session_days=self.sessions.partitions_def)
+        )
 
 
 def _run(

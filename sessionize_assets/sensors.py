@@ -6,8 +6,10 @@
   index says hold them -> events range runs (derived from the lake, so a failed or dead run
   leaves its dates to be asked for again).
 - stale_sessions_sensor: session dates whose window holds events newer than what they
-  absorbed -> sessions range runs, for what automation does not ask for again (a failed or
-  dead run's dates); automation requests sessions first.
+  absorbed, or materialized after them -> sessions range runs, as soon as an events run ends
+  (automation's condition asks for the same dates a tick later, as a backfill, if nothing has
+  taken them up: see `partitions.late_data_condition`); also a failed or dead run's dates,
+  which automation does not ask for again.
 - lifecycle_sensor: session dates materialized again, or new received days -> one snapshot
   run through the latest received day, which corrects every stale day in one go (automation
   would cascade one day per tick) and reports each day from the earliest of them, so that
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Mapping
 from datetime import date
 
@@ -27,6 +28,7 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
+    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -49,6 +51,7 @@ from sessionize_assets.lake.log_files import read_small_table, table_path
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import (
     BATCH_EVENT_DATES,
+    EVENTS,
     EVENTS_MANIFEST,
     LANDING_BATCHES,
     SESSIONS,
@@ -61,6 +64,7 @@ from sessionize_assets.partitions import (
     RANGE_START,
     contiguous_ranges,
     lifecycle_range,
+    session_dates_for,
 )
 from sessionize_assets.pipeline.landing import (
     LandingComparison,
@@ -76,7 +80,10 @@ from sessionize_assets.settings import Settings
 RAW_EVENTS_KEY = AssetKey("raw_events")
 SESSIONS_KEY = AssetKey("sessions")
 SNAPSHOT_KEY = AssetKey("user_lifecycle_snapshot")
+EVENTS_KEY = AssetKey(EVENTS.name)
 _PAGE = 500
+# Backfills looked at for one of sessions still requested: the newest, as they are listed.
+_BACKFILLS = 20
 
 
 def landing_comparison(
@@ -132,19 +139,48 @@ def _lifecycle_span(
     )
 
 
-def stale_session_dates(settings: Settings, *, session_days: PartitionsDefinition) -> list[date]:
-    """Session dates through the last of `session_days` that have not absorbed the events
-    their window holds (`manifests.session_dates_behind`), read from the lake's two manifests."""
+def sessions_behind(
+    settings: Settings, instance: DagsterInstance, *, session_days: PartitionsDefinition
+) -> dict[date, tuple[int, int]]:
+    """Session dates through the last of `session_days` to run again, each with what it is
+    behind on (the events version it has not absorbed, the storage id of the newest
+    materialization of an event date of its window; -1 where it is not behind on that side):
+
+    - the lake: dates that have not absorbed the events their window holds
+      (`manifests.session_dates_behind`). A failed or dead run leaves its dates here;
+    - Dagster: dates materialized before an event date of their window last was (or never,
+      while one was). That is what automation's condition asks for: every date around an
+      events run's range, changed or not. Asking for it here too leaves automation nothing to
+      ask for, so the sessions start at once as one range run, not as a backfill that the
+      backfill daemon takes up to 30 s to start.
+    """
     last_key = session_days.get_last_partition_key()
     if last_key is None:
-        return []
+        return {}
     last = date.fromisoformat(last_key)
-    behind = session_dates_behind(
+    lake = session_dates_behind(
         _bookkeeping(settings, EVENTS_MANIFEST),
         _bookkeeping(settings, SESSIONS_MANIFEST),
         settings=settings,
     )
-    return [day for day in behind if day <= last]
+    materialized = DagsterEventType.ASSET_MATERIALIZATION
+    newest: dict[date, int] = {}
+    for key, storage_id in instance.get_latest_storage_id_by_partition(
+        EVENTS_KEY, materialized
+    ).items():
+        for day in session_dates_for([date.fromisoformat(key)], settings):
+            newest[day] = max(newest.get(day, -1), storage_id)
+    own = instance.get_latest_storage_id_by_partition(SESSIONS_KEY, materialized)
+    dagster = {
+        day: storage_id
+        for day, storage_id in newest.items()
+        if settings.start_date <= day and storage_id > own.get(day.isoformat(), -1)
+    }
+    return {
+        day: (lake.get(day, -1), dagster.get(day, -1))
+        for day in sorted({*lake, *dagster})
+        if day <= last
+    }
 
 
 def build_landing_sensor(
@@ -153,7 +189,7 @@ def build_landing_sensor(
     @sensor(
         name="landing_sensor",
         job_name=ingest_job_name,
-        minimum_interval_seconds=settings.sensor_interval_seconds,
+        minimum_interval_seconds=settings.sensor_minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "Ingests every batch folder of the landing zone that is new or whose files changed "
@@ -216,7 +252,7 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
     @sensor(
         name="late_data_sensor",
         job_name=events_job_name,
-        minimum_interval_seconds=settings.sensor_interval_seconds,
+        minimum_interval_seconds=settings.sensor_minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "Requests every event date whose partition has not absorbed the batches that hold "
@@ -255,33 +291,31 @@ def build_stale_sessions_sensor(
     @sensor(
         name="stale_sessions_sensor",
         job_name=sessions_job_name,
-        minimum_interval_seconds=2 * settings.sensor_interval_seconds,
+        minimum_interval_seconds=settings.sensor_minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            "Requests the session dates that have not absorbed the events their window holds "
-            "(the lake's two manifests), which automation does not ask for again after a "
-            "failed, canceled or dead run; it leaves automation the first "
-            f"{settings.retry_backoff} after the last events or sessions run."
+            "Once an events run has ended, requests the session dates whose window holds "
+            "events they have not absorbed (the lake's two manifests) or that were "
+            "materialized after them (what automation asks for), as range runs of at most "
+            f"{settings.max_partitions_per_run} days; dates a failed run left behind are "
+            "asked for again, with a backoff."
         ),
     )
     def stale_sessions_sensor(context: SensorEvaluationContext):
         going = _writers_going(context, (events_job_name, sessions_job_name))
         if going:
             return SkipReason(f"an events or sessions run is going ({going[0].run_id}); waiting")
-        behind = stale_session_dates(settings, session_days=session_days)
+        backfill = _sessions_backfill_requested(context.instance)
+        if backfill is not None:
+            return SkipReason(f"backfill {backfill} of sessions is requested; waiting for it")
+        behind = sessions_behind(settings, context.instance, session_days=session_days)
         if not behind:
             return SkipReason("every session date has absorbed the events its window holds")
-        quiet = _seconds_since_last_run(context, (events_job_name, sessions_job_name))
-        if quiet is not None and quiet < settings.retry_backoff.total_seconds():
-            return SkipReason(
-                f"{len(behind)} session dates behind; automation asks for them first "
-                f"(last run {quiet:.0f}s ago)"
-            )
         return _range_requests(
             context,
             settings,
             job_name=sessions_job_name,
-            states={day: [] for day in behind},
+            states={day: list(state) for day, state in behind.items()},
             what="session dates behind their events",
         )
 
@@ -332,16 +366,15 @@ def _of_jobs_or_sessions(run: DagsterRun, job_names: tuple[str, ...]) -> bool:
     return run.job_name in job_names or SESSIONS_KEY in (run.asset_selection or ())
 
 
-def _seconds_since_last_run(
-    context: SensorEvaluationContext, job_names: tuple[str, ...]
-) -> float | None:
-    """Seconds since the latest run of these jobs (or of automation on sessions) ended."""
-    ends = [
-        record.end_time
-        for record in context.instance.get_run_records(limit=20)
-        if record.end_time is not None and _of_jobs_or_sessions(record.dagster_run, job_names)
-    ]
-    return None if not ends else time.time() - max(ends)
+def _sessions_backfill_requested(instance: DagsterInstance) -> str | None:
+    """The id of a backfill of sessions that is requested (automation's, or the UI's) and so
+    may not have launched its run yet."""
+    for backfill in instance.get_backfills(limit=_BACKFILLS):
+        if backfill.status.value == "REQUESTED" and SESSIONS_KEY in (
+            backfill.asset_selection or ()
+        ):
+            return backfill.backfill_id
+    return None
 
 
 def _state_request(
@@ -438,7 +471,7 @@ def build_lifecycle_sensor(
     @sensor(
         name="lifecycle_sensor",
         job_name=lifecycle_job_name,
-        minimum_interval_seconds=settings.sensor_interval_seconds,
+        minimum_interval_seconds=settings.sensor_minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "When sessions are materialized again from day X (a late batch), corrects the user "

@@ -80,7 +80,8 @@ class Settings:
     # A sensor asks again for dates a run left behind after this, doubled at each attempt.
     retry_backoff: timedelta = timedelta(minutes=1)
     # How often the daemon evaluates each sensor and the automation conditions: how long a
-    # landed batch waits for each next step. The stale-sessions backstop runs at twice this.
+    # landed batch waits for each next step. Automation on sessions, a backstop, ticks at four
+    # times this (definitions.AUTOMATION_INTERVALS).
     sensor_interval: timedelta = timedelta(seconds=15)
     # Maintenance deletes files no table version younger than this reads (time travel window).
     retention: timedelta = timedelta(days=7)
@@ -151,8 +152,19 @@ class Settings:
 
     @property
     def sensor_interval_seconds(self) -> int:
-        """`sensor_interval` as Dagster's `minimum_interval_seconds`."""
+        """`sensor_interval` in whole seconds."""
         return int(self.sensor_interval.total_seconds())
+
+    @property
+    def sensor_minimum_interval_seconds(self) -> int:
+        """`sensor_interval` as the sensors' `minimum_interval_seconds`: a second less.
+
+        Dagster's sensor daemon checks every 5 s whether a sensor is due, counting from the
+        start of its last tick, which comes a moment after the check that began it. A minimum
+        of exactly 5 s (or 15) is that moment short at the next check, so the sensor would
+        tick every 10 s (or 20); a second's slack keeps the interval set.
+        """
+        return max(1, self.sensor_interval_seconds - 1)
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -59,9 +59,7 @@ def process_batch(
     )
     lifecycle = None
     if span is not None:
-        lifecycle = update_lifecycle(
-            store, spark, through=span[1], settings=settings, run_id=run_id
-        )
+        lifecycle = update_lifecycle(store, through=span[1], settings=settings, run_id=run_id)
     return BatchRun(
         received=received,
         events=events,

@@ -112,9 +112,11 @@ def test_a_failed_events_run_is_asked_for_again_after_a_backoff(settings):
         assert isinstance(tick(), SkipReason)
 
 
-def test_a_failed_sessions_run_is_healed_by_the_stale_sessions_sensor(settings):
-    """Automation counts a failed run as handled; the lake's manifests still say the dates
-    are behind, and the sensor asks for them once automation has had its chance."""
+def test_the_stale_sessions_sensor_asks_for_automations_dates_and_heals_a_failed_run(settings):
+    """Once an events run has ended the sensor asks for every session date around its range
+    (what automation asks for a tick later) as one range run. Automation counts a failed run
+    as handled; the lake's manifests and the instance still say its dates are behind, and the
+    sensor asks for them again, after a backoff once its own attempt has failed."""
     settings = settings.with_overrides(retry_backoff=timedelta(seconds=2))
     _batch(settings, "2026-01-20", ["2026-01-20T08:00:00Z", "2026-01-20T08:10:00Z"])
     ingest, events, ticks = _late_data(settings)
@@ -132,18 +134,20 @@ def test_a_failed_sessions_run_is_healed_by_the_stale_sessions_sensor(settings):
         (events_file,) = (settings.lake_dir / "events").glob("event_date=*/*.parquet")
         good = events_file.read_bytes()
         events_file.write_bytes(b"not parquet")
+        (first,) = stale().run_requests
+        window = ("2026-01-18", "2026-01-21")  # around the events run's 2026-01-19..20
+        assert (first.tags[RANGE_START], first.tags[RANGE_END]) == window
         failed = sessions.execute_in_process(
-            instance=instance,
-            tags={RANGE_START: "2026-01-19", RANGE_END: "2026-01-21"},
-            raise_on_error=False,
+            instance=instance, tags=first.tags, raise_on_error=False
         )
         assert not failed.success
 
-        waiting = stale()  # automation asks first
-        assert "automation asks for them first" in waiting.skip_message
+        waiting = stale()  # its own attempt failed: within the backoff, not yet
+        assert "retrying after" in waiting.skip_message
         time.sleep(2.5)
         (heal,) = stale().run_requests
-        assert (heal.tags[RANGE_START], heal.tags[RANGE_END]) == ("2026-01-18", "2026-01-21")
+        assert (heal.tags[RANGE_START], heal.tags[RANGE_END]) == window
+        assert heal.run_key != first.run_key
         events_file.write_bytes(good)
         assert sessions.execute_in_process(instance=instance, tags=heal.tags).success
         assert stale().skip_message == (

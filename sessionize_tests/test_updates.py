@@ -361,7 +361,7 @@ def test_two_events_runs_launched_at_once_on_overlapping_dates_end_as_a_full_rec
         settings=settings,
         run_id="next",
     )
-    update_lifecycle(p.store, spark, through=day(1), settings=settings, run_id="next")
+    update_lifecycle(p.store, through=day(1), settings=settings, run_id="next")
     p.assert_equals_full_recompute()
 
 
@@ -419,7 +419,7 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
     update_sessions(
         p.store, spark, session_dates=[day(0), day(1)], settings=settings, run_id="next"
     )
-    update_lifecycle(p.store, spark, through=day(1), settings=settings, run_id="next")
+    update_lifecycle(p.store, through=day(1), settings=settings, run_id="next")
     p.assert_equals_full_recompute()
 
 
@@ -480,7 +480,7 @@ def test_a_failed_check_marks_its_dates_and_their_next_runs_heal_them(pipeline):
         settings=pipeline.settings,
     )
     update_sessions(
-        store, pipeline.spark, session_dates=stale, settings=pipeline.settings, run_id="heal"
+        store, pipeline.spark, session_dates=list(stale), settings=pipeline.settings, run_id="heal"
     )
     pipeline.assert_equals_full_recompute()
     assert store.read(SESSIONS).count() == 1 and store.read(EVENTS).count() == 2

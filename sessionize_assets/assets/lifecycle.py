@@ -28,7 +28,7 @@ from sessionize_assets.lake.tables import USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCL
 from sessionize_assets.partitions import previous_day_mapping
 from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import counting_jobs
+from sessionize_assets.resources.spark import counting_jobs_on_demand
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import OPEN_END, STATES
 
@@ -94,16 +94,12 @@ def build_lifecycle_assets(
     def user_lifecycle(context: AssetExecutionContext, lake: LakeResource):
         """Restate the users whose sessions changed and move the snapshot days that change."""
         with lake.writer(context, step="lifecycle"):
-            store = lake.store()
             through = date.fromisoformat(context.partition_keys[-1])
-            spark = lake.spark.session()
-            with counting_jobs(spark, "lifecycle") as spark_jobs:
+            # Only a restate of every user needs Spark: an everyday run starts no session.
+            with counting_jobs_on_demand(lake.spark.session, "lifecycle") as (spark, spark_jobs):
+                store = lake.store(spark=spark)
                 report = update_lifecycle(
-                    store,
-                    spark,
-                    through=through,
-                    settings=settings,
-                    run_id=context.run.run_id,
+                    store, through=through, settings=settings, run_id=context.run.run_id
                 )
             jobs = spark_jobs()
             context.log.info(

@@ -94,11 +94,14 @@ class EmbeddedDeltaStore:
     def __init__(
         self,
         *,
-        spark: SparkSession,
+        spark: SparkSession | Callable[[], SparkSession],
         lake: Location | Path | str,
         driver_write_bytes: int = DEFAULT_DRIVER_WRITE_BYTES,
     ) -> None:
-        self._spark = spark
+        """`spark` is the session, or a function that gives it: called when the store first
+        needs Spark, so that work done with Arrow alone (a lifecycle run that restates a few
+        users) starts none."""
+        self._session = spark
         self._lake = Location.of(lake)
         self._driver_write_bytes = driver_write_bytes
         if not (self._lake.is_local or self.OBJECT_STORAGE):
@@ -109,6 +112,12 @@ class EmbeddedDeltaStore:
             )
         # One delta-rs snapshot per table for the store's life (a run's step): see `_table`.
         self._snapshots: dict[str, DeltaTable] = {}
+
+    @property
+    def _spark(self) -> SparkSession:
+        if callable(self._session):
+            self._session = self._session()
+        return self._session
 
     # -- paths and table state ---------------------------------------------------------------
 

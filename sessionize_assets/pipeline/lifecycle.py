@@ -31,7 +31,6 @@ from datetime import date, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import AppTransaction, DeltaStore
@@ -80,10 +79,14 @@ class LifecycleReport:
 
 
 def update_lifecycle(
-    store: DeltaStore, spark: SparkSession, *, through: date, settings: Settings, run_id: str
+    store: DeltaStore, *, through: date, settings: Settings, run_id: str
 ) -> LifecycleReport:
     """Bring the lifecycle up to date with `sessions`, its as-of day moved to `through` (it
-    never moves back), rewriting only the users and the snapshot days that change."""
+    never moves back), rewriting only the users and the snapshot days that change.
+
+    Only a restate of every user (the first run, or when the sessions history it needs is
+    gone) runs on Spark; the users a change touched are restated with Arrow, so an everyday
+    run needs no Spark session (`DeltaStore`'s is started when first used)."""
     if through < settings.start_date:
         raise ValueError(f"lifecycle day {through} is before the start date {settings.start_date}")
     tags = {"dagster_run_id": run_id, "asset": USER_LIFECYCLE_STATE.name}
@@ -113,7 +116,7 @@ def update_lifecycle(
         )
     if scope is None:  # first run, or the sessions history since then is gone
         report.restated_from_start = True
-        _restate_everyone(store, spark, report, commit, start=settings.start_date, as_of=as_of)
+        _restate_everyone(store, report, commit, start=settings.start_date, as_of=as_of)
     else:
         _restate_touched(store, scope, report, commit, as_of=as_of)
     _move_snapshot(store, report, settings=settings, run_id=run_id)
@@ -353,7 +356,6 @@ def _session_days(store: DeltaStore, scope: _Scope, old: set[Interval]) -> pa.Ta
 
 def _restate_everyone(
     store: DeltaStore,
-    spark: SparkSession,
     report: LifecycleReport,
     commit: _IntervalCommit,
     *,
@@ -363,7 +365,7 @@ def _restate_everyone(
     """Every user restated from the start date, by Spark; only the rows that differ from the
     table are committed."""
     session_days = store.read(SESSIONS, partitions=days_between(start, as_of)).select(*PAIR)
-    buckets = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    buckets = int(session_days.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
 
     def restate(group: pa.Table) -> pa.Table:
         users = pc.unique(group.column("user_id"))

@@ -277,9 +277,10 @@ def sessions_progress(
 
 def session_dates_behind(
     events_manifest: pa.Table, sessions_manifest: pa.Table, *, settings: Settings
-) -> list[date]:
+) -> dict[date, int]:
     """The sessions dates that have not absorbed the `events` version holding an event date of
-    their window (see the module docstring), or were never computed although one has.
+    their window (see the module docstring), or were never computed although one has; each
+    with that version (-1: not recorded), in date order.
 
     Read from the two manifests' rows, so it says what is stale whatever happened to earlier
     runs: a sessions run that failed, or died before its manifest commit, leaves its dates
@@ -299,11 +300,11 @@ def session_dates_behind(
         row["partition_date"]: row["events_version"]
         for row in sessions_manifest.select(["partition_date", "events_version"]).to_pylist()
     }
-    return sorted(
-        day
-        for day, version in needed.items()
+    return {
+        day: version
+        for day, version in sorted(needed.items())
         if day >= settings.start_date and (day not in absorbed or absorbed[day] < version)
-    )
+    }
 
 
 def record_sessions_progress(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from dagster import (
     ConfigurableResource,
     OpExecutionContext,
 )
+from pyspark.sql import SparkSession
 
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
@@ -40,10 +42,11 @@ class LakeResource(ConfigurableResource):
     driver_write_bytes: int = DEFAULT_DRIVER_WRITE_BYTES
     spark: SparkResource
 
-    def store(self) -> DeltaStore:
-        """The backend's store on the run's Spark session (started here if need be)."""
+    def store(self, *, spark: Callable[[], SparkSession] | None = None) -> DeltaStore:
+        """The backend's store on the run's Spark session, `spark()` if given: started when
+        the store first needs it."""
         return STORES[self.backend](
-            spark=self.spark.session(),
+            spark=spark or self.spark.session,
             lake=self.lake,
             driver_write_bytes=self.driver_write_bytes,
         )

@@ -15,7 +15,7 @@ import sys
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -328,6 +328,29 @@ def counting_jobs(spark: SparkSession, label: str) -> Iterator[Callable[[], int 
     finally:
         for key, value in previous.items():
             context.setLocalProperty(key, value)  # type: ignore[arg-type]
+
+
+@contextmanager
+def counting_jobs_on_demand(
+    start: Callable[[], SparkSession], label: str
+) -> Iterator[tuple[Callable[[], SparkSession], Callable[[], int | None]]]:
+    """`counting_jobs` for a block that may need no Spark at all: yields a function that gives
+    the session, started by `start` on its first call and counted from then on, and the count
+    (0 when the block never asked for the session).
+
+    On Spark Connect a run's first use of the session costs a few tenths of a second (the
+    client's modules, its first calls); a run that does its work with Arrow skips it."""
+    with ExitStack() as block:
+        counts: list[Callable[[], int | None]] = []
+        sessions: list[SparkSession] = []
+
+        def session() -> SparkSession:
+            if not sessions:
+                sessions.append(start())
+                counts.append(block.enter_context(counting_jobs(sessions[0], label)))
+            return sessions[0]
+
+        yield session, lambda: counts[0]() if counts else 0
 
 
 # How long a run waits for the server's status API before it reports no job count.

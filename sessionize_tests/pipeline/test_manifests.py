@@ -53,24 +53,18 @@ def test_a_session_date_is_behind_when_its_window_holds_a_newer_events_version(s
         session_dates_behind(
             _events_manifest({DAY: 7}), _sessions_manifest(up_to_date), settings=settings
         )
-        == []
+        == {}
     )
     # DAY's events moved on to version 9 (a run of sessions failed, or died, after that).
-    assert (
-        session_dates_behind(
-            _events_manifest({DAY: 9}), _sessions_manifest(up_to_date), settings=settings
-        )
-        == window
-    )
+    assert session_dates_behind(
+        _events_manifest({DAY: 9}), _sessions_manifest(up_to_date), settings=settings
+    ) == dict.fromkeys(window, 9)
     # Only the dates that absorbed less than 9 are behind; one never computed is too.
     absorbed = {**up_to_date, window[0]: 9}
     del absorbed[window[-1]]
-    assert (
-        session_dates_behind(
-            _events_manifest({DAY: 9}), _sessions_manifest(absorbed), settings=settings
-        )
-        == window[1:]
-    )
+    assert session_dates_behind(
+        _events_manifest({DAY: 9}), _sessions_manifest(absorbed), settings=settings
+    ) == dict.fromkeys(window[1:], 9)
 
 
 def test_events_manifest_rows_without_a_version_ask_only_for_dates_never_computed(settings):
@@ -79,4 +73,4 @@ def test_events_manifest_rows_without_a_version_ask_only_for_dates_never_compute
     behind = session_dates_behind(
         _events_manifest({DAY: None, later: None}), _sessions_manifest(computed), settings=settings
     )
-    assert behind == session_dates_for([later], settings)
+    assert behind == dict.fromkeys(session_dates_for([later], settings), -1)

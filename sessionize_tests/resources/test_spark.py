@@ -13,6 +13,8 @@ from sessionize_assets.resources.spark import (
     SparkServerUnavailable,
     class_archive_options,
     connect_address,
+    counting_jobs,
+    counting_jobs_on_demand,
     delta_jars,
     local_cores,
     s3a_jars,
@@ -184,3 +186,24 @@ def test_the_s3_connector_needs_hadoop_aws_and_the_sdks_s3_and_sts(tmp_path):
     for name in ("s3-2.57.8.jar", "sts-2.57.8.jar", "auth-2.57.8.jar"):
         (tmp_path / name).write_bytes(b"")
     assert len(s3a_jars(tmp_path)) == 4
+
+
+def test_counting_jobs_on_demand_starts_no_session_unless_the_block_asks(spark):
+    started = []
+
+    def start():
+        started.append(spark)
+        return spark
+
+    with counting_jobs_on_demand(start, "idle") as (_, idle_jobs):
+        pass
+    assert started == [] and idle_jobs() == 0
+
+    with counting_jobs_on_demand(start, "busy") as (session, jobs):
+        session().range(3).count()
+        session().range(5).collect()
+    with counting_jobs(spark, "reference") as reference:
+        spark.range(3).count()
+        spark.range(5).collect()
+    assert started == [spark], "started once, on the first ask"
+    assert jobs() == reference() > 0
