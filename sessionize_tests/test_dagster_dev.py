@@ -4,12 +4,12 @@ As a user does it: `sessionize replay` processes the first two batches in a Spar
 own and hands its sensor cursors over (`make demo`), then `sessionize dev` starts a Spark
 Connect server and `dagster dev` on the same Dagster home (`make ui`), whose runs use the server,
 and must launch nothing. A third batch folder is dropped into the landing zone: from there only the
-daemon acts (landing sensor -> ingest, late-data sensor -> events, automation -> sessions,
-lifecycle sensor -> snapshot) and the Delta tables must end up equal to the plain-Python full
-recompute. The same folder re-delivered as it was launches nothing. Then a partition backfill
-launched through GraphQL must complete as one range run per asset and leave the tables
-unchanged. After each step the UI shows no partition unsynced: it is shown stale only when it
-is.
+daemon acts (landing sensor -> ingest, late-data sensor -> events, stale-sessions sensor ->
+sessions with automation as the backstop, lifecycle sensor -> snapshot) and the Delta tables
+must end up equal to the plain-Python full recompute. The same folder re-delivered as it was
+launches nothing. Then a partition backfill launched through GraphQL must complete as one range
+run per asset and leave the tables unchanged. After each step the UI shows no partition
+unsynced: it is shown stale only when it is.
 """
 
 from __future__ import annotations
