@@ -143,7 +143,7 @@ def late_data_condition(*, ignore: AssetSelection | None = None) -> AutomationCo
         updated = updated.ignore(ignore)
     return (
         updated.since_last_handled()
-        & ~updated.with_label("not a tick ago")
+        & ~updated.with_label("not on the update's tick")
         & ~AutomationCondition.any_deps_in_progress()
         & ~AutomationCondition.in_progress()
     ).with_label("eager for late data")

@@ -174,7 +174,7 @@ def sessions_behind(
     dagster = {
         day: storage_id
         for day, storage_id in newest.items()
-        if settings.start_date <= day and storage_id > own.get(day.isoformat(), -1)
+        if storage_id > own.get(day.isoformat(), -1)
     }
     return {
         day: (lake.get(day, -1), dagster.get(day, -1))
@@ -295,8 +295,9 @@ def build_stale_sessions_sensor(
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             "Once an events run has ended, requests the session dates whose window holds "
-            "events they have not absorbed (the lake's two manifests) or that were "
-            "materialized after them (what automation asks for), as range runs of at most "
+            "events they have not absorbed (the lake's two manifests) or were materialized "
+            "before an event date of their window was (what automation asks for), as range "
+            "runs of at most "
             f"{settings.max_partitions_per_run} days; dates a failed run left behind are "
             "asked for again, with a backoff."
         ),

@@ -79,8 +79,8 @@ class Settings:
     max_partitions_per_run: int = 120
     # A sensor asks again for dates a run left behind after this, doubled at each attempt.
     retry_backoff: timedelta = timedelta(minutes=1)
-    # How often the daemon evaluates each sensor and the automation conditions: how long a
-    # landed batch waits for each next step. Automation on sessions, a backstop, ticks at four
+    # How often the daemon evaluates each sensor: how long a landed batch waits for each next
+    # step. Automation on sessions, a backstop, ticks at four
     # times this (definitions.AUTOMATION_INTERVALS).
     sensor_interval: timedelta = timedelta(seconds=15)
     # Maintenance deletes files no table version younger than this reads (time travel window).

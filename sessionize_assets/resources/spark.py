@@ -341,16 +341,15 @@ def counting_jobs_on_demand(
     On Spark Connect a run's first use of the session costs a few tenths of a second (the
     client's modules, its first calls); a run that does its work with Arrow skips it."""
     with ExitStack() as block:
-        counts: list[Callable[[], int | None]] = []
-        sessions: list[SparkSession] = []
+        started: list[tuple[SparkSession, Callable[[], int | None]]] = []
 
         def session() -> SparkSession:
-            if not sessions:
-                sessions.append(start())
-                counts.append(block.enter_context(counting_jobs(sessions[0], label)))
-            return sessions[0]
+            if not started:
+                spark = start()
+                started.append((spark, block.enter_context(counting_jobs(spark, label))))
+            return started[0][0]
 
-        yield session, lambda: counts[0]() if counts else 0
+        yield session, lambda: started[0][1]() if started else 0
 
 
 # How long a run waits for the server's status API before it reports no job count.
