@@ -39,22 +39,22 @@ def received_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
     sensor ingests what has landed and ingests it again as it grows (a changed folder is a
     re-delivery), and the snapshot's today is provisional until the day is over.
     """
-    return DailyPartitionsDefinition(
-        start_date=settings.start_date.isoformat(),
-        timezone="UTC",
-        fmt=PARTITION_FORMAT,
-        end_offset=1,
-    )
+    return _utc_days(settings, end_offset=1)
 
 
 def event_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
     """Event (and session) days: one day past the received days, since `timestamp` may lead
     `receivedAt` by the future tolerance (a batch of today holds events of tomorrow 00:04)."""
+    return _utc_days(settings, end_offset=2)
+
+
+def _utc_days(settings: Settings, *, end_offset: int) -> DailyPartitionsDefinition:
+    """UTC days from the start date to `end_offset` days past the last complete one."""
     return DailyPartitionsDefinition(
         start_date=settings.start_date.isoformat(),
         timezone="UTC",
         fmt=PARTITION_FORMAT,
-        end_offset=2,
+        end_offset=end_offset,
     )
 
 

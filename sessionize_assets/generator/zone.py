@@ -375,10 +375,10 @@ class _Simulation:
             entries.append((received, key << 2, INVALID, text))
         entries.sort()
         lines: list[str] = []
-        for _pos, _seq, _outcome, text in entries:
-            if text is None:
+        for _pos, _seq, _outcome, rendered in entries:
+            if rendered is None:
                 raise RuntimeError(f"internal error: an unrendered line in batch {batch}")
-            lines.append(text)
+            lines.append(rendered)
         write_batch(c.out / batch_name(c.start + timedelta(days=batch)), lines, parts)
 
     def _late_uploads(self, batch: int, day_ms: int, originals: int) -> None:
