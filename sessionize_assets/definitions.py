@@ -34,12 +34,10 @@ from sessionize_assets.resources.spark import (
     spark_config,
 )
 from sessionize_assets.schedules import build_maintenance_job, build_maintenance_schedule
-from sessionize_assets.sensors import (
-    build_landing_sensor,
-    build_late_data_sensor,
-    build_lifecycle_sensor,
-    build_stale_sessions_sensor,
-)
+from sessionize_assets.sensors.landing import build_landing_sensor
+from sessionize_assets.sensors.late_data import build_late_data_sensor
+from sessionize_assets.sensors.lifecycle import build_lifecycle_sensor
+from sessionize_assets.sensors.stale_sessions import build_stale_sessions_sensor
 from sessionize_assets.settings import Settings
 
 INGEST_JOB = "ingest_batch_job"

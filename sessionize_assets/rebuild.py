@@ -15,6 +15,7 @@ from datetime import date
 
 from dagster import DagsterInstance
 
+from sessionize_assets.assets.keys import SNAPSHOT_KEY
 from sessionize_assets.definitions import (
     LIFECYCLE_JOB,
     REBUILD_CONFIG,
@@ -33,7 +34,7 @@ from sessionize_assets.replay import (
     flagged_partitions,
     run_succeeded,
 )
-from sessionize_assets.sensors import SNAPSHOT_KEY
+from sessionize_assets.sensors.behind import latest_materialized_day
 from sessionize_assets.settings import Settings
 
 
@@ -85,11 +86,10 @@ def rebuild(
     changed = flagged_partitions(result, "sessions", "changed")
     echo(f"sessions changed on {len(changed)} days")
     received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]
-    snapshot = [date.fromisoformat(k) for k in instance.get_materialized_partitions(SNAPSHOT_KEY)]
     span = lifecycle_range(
         # The run materialized every sessions date of its range, changed or not.
         sessions_reported=[first],
-        through=max(snapshot, default=None),
+        through=latest_materialized_day(instance, SNAPSHOT_KEY),
         latest=max(received, default=None),
         start=settings.start_date,
     )

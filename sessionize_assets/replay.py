@@ -40,6 +40,7 @@ from dagster import (
     evaluate_automation_conditions,
 )
 
+from sessionize_assets.assets.keys import SNAPSHOT_KEY
 from sessionize_assets.assets.metadata import is_flagged
 from sessionize_assets.definitions import (
     EVENTS_JOB,
@@ -52,13 +53,7 @@ from sessionize_assets.lake.summary import describe_lake
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.partitions import ONE_DAY, RANGE_END, RANGE_START, contiguous_ranges
 from sessionize_assets.run_health import UNFINISHED, fail_dead_runs
-from sessionize_assets.sensors import (
-    SNAPSHOT_KEY,
-    event_plans_behind,
-    landing_comparison,
-    lifecycle_catch_up,
-    sessions_behind,
-)
+from sessionize_assets.sensors.behind import Behind
 from sessionize_assets.settings import Settings
 
 # The tag on every run of a replay, with the received day (first..last) of the batches it
@@ -218,7 +213,7 @@ def _replay(
     driver = BatchDriver(defs=defs, instance=instance, settings=settings, echo=echo)
     last_key = driver.ingest.partitions_def.get_last_partition_key()
     last = date.fromisoformat(last_key) if last_key else settings.start_date - ONE_DAY
-    comparison = landing_comparison(settings, last=last)
+    comparison = driver.behind.landing_batches(last=last)
     summary = ReplaySummary(
         skipped=[
             day
@@ -306,10 +301,10 @@ class SensorTicks:
         return self._cursor
 
     def tick(self) -> list[RunRequest]:
-        context = build_sensor_context(
-            instance=self._instance, definitions=self._defs, cursor=self._cursor
-        )
-        result = self._sensor(context)
+        with build_sensor_context(
+            instance=self._instance, resources=self._defs.resources, cursor=self._cursor
+        ) as context:
+            result = self._sensor(context)
         if not isinstance(result, SensorResult):
             return []
         self._cursor = result.cursor
@@ -363,6 +358,11 @@ class BatchDriver:
         self.late_data = SensorTicks(defs, instance, "late_data_sensor")
         self.lifecycle_sensor = SensorTicks(defs, instance, "lifecycle_sensor")
         self.automation = AutomationTicks(defs, instance)
+        self.behind = Behind(
+            settings=settings,
+            lake=defs.resources["lake"].store(),  # type: ignore[attr-defined]
+            landing=defs.resources["landing"],  # type: ignore[arg-type]
+        )
 
     def sensor_cursors(self) -> dict[str, str]:
         ticks = (self.late_data, self.lifecycle_sensor)
@@ -408,7 +408,7 @@ class BatchDriver:
             [
                 {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
                 for first, last in contiguous_ranges(
-                    sorted(event_plans_behind(self.settings)),
+                    sorted(self.behind.event_dates()),
                     max_days=self.settings.max_partitions_per_run,
                 )
             ]
@@ -435,7 +435,7 @@ class BatchDriver:
                 if not ok:
                     break
         if received is None:
-            span = lifecycle_catch_up(self.settings, self.instance)
+            span = self.behind.lifecycle_catch_up(self.instance)
             lifecycle_ranges = (
                 [] if span is None else [{RANGE_START: str(span[0]), RANGE_END: str(span[1])}]
             )
@@ -470,7 +470,7 @@ class BatchDriver:
     def _stale_sessions(self) -> list[date]:
         assert self.sessions.partitions_def is not None
         return list(
-            sessions_behind(self.settings, self.instance, session_days=self.sessions.partitions_def)
+            self.behind.session_dates(self.instance, session_days=self.sessions.partitions_def)
         )
 
 
