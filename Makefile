@@ -35,7 +35,7 @@ JVM_ARCHIVE := jars/spark-driver.jsa
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
-	@echo "make test   set up and run the test suite (ruff + pytest)"
+	@echo "make test   set up and run the test suite (ruff, mypy, pytest)"
 	@echo "make ui     open the Dagster UI (dagster dev, its runs on a warm Spark) on the demo's history"
 	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
@@ -100,6 +100,7 @@ $(STAMP): pyproject.toml | $(VENV)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -155,7 +156,7 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 			exit 1; \
 		fi; \
 	fi
-	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/python scripts/screenshot_ui.py \
+	SESSIONIZE_START_DATE=$(DEMO_START) PYTHONPATH=$(CURDIR) $(BIN)/python scripts/screenshot_ui.py \
 		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT) \
 		$(foreach page,$(SCREENSHOT_PAGES),--page $(page))
 
@@ -171,11 +172,13 @@ bench: bench-small bench-daemon
 bench-small: java jars $(STAMP)
 	$(BIN)/python scripts/bench_small_batch.py $(BENCH_SMALL_ARGS)
 
+# Scripts that drive `dagster dev` import its driver from the tests (sessionize_tests/dev_server.py,
+# not part of the installed package): hence PYTHONPATH.
 # The UI's path (about 10 minutes): batches of about 2,000 lines dropped one by one under
 # `sessionize dev`, each run's wall next to the same batches in one process (`sessionize
 # replay`); --classic-daemon adds plain `dagster dev`, a JVM per run (docs/spark-server.md).
 bench-daemon: java $(STAMP) $(JVM_ARCHIVE)
-	$(BIN)/python scripts/bench_daemon.py $(BENCH_DAEMON_ARGS)
+	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/bench_daemon.py $(BENCH_DAEMON_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

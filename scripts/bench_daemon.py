@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import _table
 from dagster import DagsterInstance, RunsFilter
 
-from sessionize_assets.dev_server import DagsterDev, free_port, land_folder
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
+from sessionize_tests.dev_server import DagsterDev, free_port, land_folder
 
 START = date(2026, 1, 1)
 PROJECT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def main() -> None:
     zone = root / "zone"
     if not zone.exists():
         generate_landing_zone(
-            out=zone, start=START, days=args.days, users=args.users, seed=args.seed
+            ZoneSpec(out=zone, start=START, users=args.users, seed=args.seed), days=args.days
         )
     batches = sorted(p.name for p in zone.iterdir() if p.is_dir())
     lines = sum(_lines(zone / b) for b in batches)

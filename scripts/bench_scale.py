@@ -52,8 +52,9 @@ from sessionize_assets.definitions import (
     SESSIONS_JOB,
     SESSIONS_REBUILD_CONFIG,
     build_definitions,
+    resource_of,
 )
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     BATCH_EVENT_DATES,
@@ -65,7 +66,8 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.replay import JOB_REPORTERS, QUIET, REPLAY_BATCH_TAG, BatchDriver
-from sessionize_assets.resources.spark import DELTA_CONF, delta_jars
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.spark import DELTA_CONF, SparkResource, delta_jars
 from sessionize_assets.settings import LAKE_BACKENDS, Settings
 
 START = date(2026, 1, 1)
@@ -166,8 +168,8 @@ def run_shape(
     instance = DagsterInstance.local_temp(
         tempdir=str(work / "dagster_home"), overrides={"telemetry": {"enabled": False}}
     )
-    spark = defs.resources["spark"].session()  # type: ignore[attr-defined]
-    store = defs.resources["lake"].store()  # type: ignore[attr-defined]
+    spark = resource_of(defs, "spark", SparkResource).session()
+    store = resource_of(defs, "lake", LakeResource).store()
     figures = []
     done = 0
     for history in histories:
@@ -231,14 +233,16 @@ def landing_zone(
     shutil.rmtree(out, ignore_errors=True)
     with _timed(f"[{shape}] generating {days} days x {users} users"):
         report = generate_landing_zone(
-            out=out,
-            start=START,
+            ZoneSpec(
+                out=out,
+                start=START,
+                users=users,
+                seed=seed,
+                late_share=late_share,
+                late_shape=shape,
+                gzip_share=0.0,
+            ),
             days=days,
-            users=users,
-            seed=seed,
-            late_share=late_share,
-            late_shape=shape,
-            gzip_share=0.0,
         )
     figures = {"lines": report.lines, "valid": report.valid_events, "late": report.late_events}
     marker.write_text(json.dumps(figures))
@@ -351,7 +355,7 @@ def report(
     print("(c) one daily batch end to end through the Dagster definitions, seconds")
     rows = []
     for f in figures:
-        full = recompute[f.shape]["rebuild"]
+        rebuild = recompute[f.shape]["rebuild"]
         base = next(g for g in figures if g.shape == f.shape and g.history == histories[0])
         rows.append(
             [
@@ -359,7 +363,7 @@ def report(
                 str(f.history),
                 *(f"{f.step(name):.1f}" for name, _ in (*STEPS, SNAPSHOT)),
                 f"{f.pipeline:.1f}",
-                f"{100 * f.pipeline / full:.1f}%",
+                f"{100 * f.pipeline / rebuild:.1f}%",
                 f"{f.pipeline / base.pipeline:.2f}",
                 f"{f.step('snapshot') / max(f.step('events') + f.step('sessions'), 1e-9):.2f}",
             ]
@@ -578,7 +582,7 @@ def _batch_figures(
         )
         for record in instance.get_records_for_run(run.run_id).records:
             event = record.event_log_entry.dagster_event
-            if event is None or not event.is_step_materialization:
+            if event is None or not event.is_step_materialization or event.asset_key is None:
                 continue
             key = event.asset_key.to_user_string()
             # Each partition carries its own figures, and a range run's `run_*` figures are on

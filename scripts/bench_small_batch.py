@@ -46,8 +46,8 @@ from dagster import DagsterInstance
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from sessionize_assets.generator import generate_landing_zone
-from sessionize_assets.replay import replay
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
+from sessionize_assets.replay import BatchOutcome, replay
 from sessionize_assets.settings import LAKE_BACKENDS, Settings
 from sessionize_assets.transforms.validation import parse_line
 
@@ -82,7 +82,8 @@ class Meter:
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[phase] += time.perf_counter() - started
+                # A Counter of seconds: floats, where typeshed's counts are ints.
+                self.seconds[phase] += time.perf_counter() - started  # type: ignore[assignment]
                 self.calls[phase] += 1
                 self._inside = False
 
@@ -200,7 +201,7 @@ def main() -> None:
         landing = args.landing or root / "landing"
         if args.landing is None and not landing.exists():
             generate_landing_zone(
-                out=landing, start=START, days=args.days, users=args.users, seed=args.seed
+                ZoneSpec(out=landing, start=START, users=args.users, seed=args.seed), days=args.days
             )
         conf = dict(item.split("=", 1) for item in args.conf)
         small_batch_figures(root, landing, spark_conf=conf, backend=args.backend)
@@ -246,14 +247,16 @@ def small_batch_figures(
         mode): a query whose literals differ compiles anew."""
         try:
             spark = SparkSession.getActiveSession()
-            codegen = spark._jvm.org.apache.spark.sql.catalyst.expressions.codegen  # type: ignore[union-attr]
+            if spark is None or spark._jvm is None:
+                return 0.0
+            codegen = spark._jvm.org.apache.spark.sql.catalyst.expressions.codegen
             return codegen.CodeGenerator.compileTime() / 1e9
         except Exception:  # no session yet
             return 0.0
 
     def mark() -> None:
         seconds, calls = meter.snapshot()
-        seconds["compile"] = compile_seconds()
+        seconds["compile"] = compile_seconds()  # type: ignore[assignment]  # (floats, as above)
         marks.append((time.time(), seconds, calls))
 
     def echo(line: str) -> None:
@@ -267,13 +270,13 @@ def small_batch_figures(
         raise SystemExit(f"the replay failed: see {root / 'dagster_home'}")
     from sessionize_assets.definitions import build_resources
 
-    spark = build_resources(settings, spark_ui=False)["spark"].session()  # type: ignore[attr-defined]
+    spark = build_resources(settings, spark_ui=False)["spark"].session()
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()  # flush the event log
     bare = [bare_recompute(spark, landing, settings, root / f"bare-{i}") for i in range(3)]
     batches = summary.batches
     windows = [(marks[i][0], marks[i + 1][0]) for i in range(len(marks) - 1)]
     jobs = spark_job_seconds(event_log, windows)
-    rows = []
+    rows: list[tuple[BatchOutcome, dict[str, float], int, int, int]] = []
     for i, batch in enumerate(batches[1:], start=1):
         seconds = marks[i + 1][1] - marks[i][1]
         job_time = sum(jobs[i])
@@ -310,9 +313,10 @@ def small_batch_figures(
         [name, f"{statistics.median(p[name] for _, p, *_ in rows):.2f}"]
         for name in (*PHASES, "of which compiling generated code")
     ]
+    counts = [[r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows]]
     table += [
         ["(Spark jobs; py4j round trips; Dagster events stored)", ""],
-        ["", " / ".join(f"{statistics.median(r[k] for r in rows):.0f}" for k in (2, 3, 4))],
+        ["", " / ".join(f"{statistics.median(count):.0f}" for count in counts)],
         [f"parsing the batch's {lines:.0f} lines in Python (inside ingest's job)", f"{parse:.2f}"],
     ]
     print(_table(["phase", "seconds"], table))

@@ -24,8 +24,7 @@ from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
 
-from sessionize_assets.dev_server import DagsterDev, DevServerError
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.log_files import read_small_table, table_path
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import (
@@ -36,6 +35,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings, settings_environment
+from sessionize_tests.dev_server import DagsterDev, DevServerError
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 from sessionize_tests.test_dagster_dev import deliver
@@ -105,7 +105,8 @@ def main() -> int:
     )
     generated = root / "generated"
     generate_landing_zone(
-        out=generated, start=START, days=args.days, users=args.users, seed=11, late_share=0.3
+        ZoneSpec(out=generated, start=START, users=args.users, seed=11, late_share=0.3),
+        days=args.days,
     )
     home = root / "dagster_home"
     home.mkdir()

@@ -20,7 +20,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.resources.spark import DEFAULT_CONF, DRIVER_OPTIONS
 
 START = date(2026, 1, 1)
@@ -35,7 +35,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sessionize-jsa-") as folder:
         root = Path(folder)
         generate_landing_zone(
-            out=root / "landing", start=START, days=1, users=20, seed=5, late_share=0.1
+            ZoneSpec(out=root / "landing", start=START, users=20, seed=5, late_share=0.1), days=1
         )
         written = root / "spark-driver.jsa"
         options = f"{DEFAULT_CONF[DRIVER_OPTIONS]} -XX:ArchiveClassesAtExit={written}"

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sessionize_assets.dev_server import DagsterDev
+from sessionize_tests.dev_server import DagsterDev
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -43,10 +43,11 @@ class Page:
 
 PAGES = {
     # The lineage around sessions, four steps each way: raw -> events -> sessions -> lifecycle,
-    # with every asset drawn (the global graph starts with its groups collapsed).
+    # with every asset drawn (the global graph starts with its groups collapsed). Ready once
+    # the graph draws raw_events: long names are drawn shortened ("user_lif…_snapshot").
     "graph": Page(
         "/assets/sessions?view=lineage&lineageScope=neighbors&lineageDepth=4",
-        ready="user_lifecycle_snapshot",
+        ready="raw_events",
     ),
     "groups": Page("/asset-groups", ready="sessions"),
     "assets": Page("/assets", ready="sessions"),

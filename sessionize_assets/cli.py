@@ -26,26 +26,23 @@ from sessionize_assets.workspace import (
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from sessionize_assets.generator import append_day, generate_landing_zone
+    from sessionize_assets.generator import ZoneSpec, append_day, generate_landing_zone
 
     settings = Settings.from_env()
-    zone = {
-        "out": Path(args.out),
-        "start": args.start,
-        "users": args.users,
-        "seed": args.seed,
-        "late_share": args.late_share,
-        "late_shape": args.late_shape,
-        "bot_share": args.bot_share,
-        "duplicate_share": args.duplicate_share,
-        "invalid_share": args.invalid_share,
-        "gzip_share": args.gzip_share,
-        "pipeline_start": args.pipeline_start or settings.start_date,
-    }
-    if args.append_day:
-        report = append_day(**zone)
-    else:
-        report = generate_landing_zone(days=args.days, **zone)
+    zone = ZoneSpec(
+        out=Path(args.out),
+        start=args.start,
+        users=args.users,
+        seed=args.seed,
+        late_share=args.late_share,
+        late_shape=args.late_shape,
+        bot_share=args.bot_share,
+        duplicate_share=args.duplicate_share,
+        invalid_share=args.invalid_share,
+        gzip_share=args.gzip_share,
+        pipeline_start=args.pipeline_start or settings.start_date,
+    )
+    report = append_day(zone) if args.append_day else generate_landing_zone(zone, days=args.days)
     print(report.summary())
     if args.start < settings.start_date:
         print(
@@ -171,7 +168,7 @@ def _start_spark_quietly(settings: Settings) -> None:
     with log.open("ab") as sink:
         os.dup2(sink.fileno(), 2)  # the JVM inherits it when it is launched, below
         try:
-            build_resources(settings)["spark"].session()  # type: ignore[attr-defined]
+            build_resources(settings)["spark"].session()
         finally:
             os.dup2(saved, 2)
             os.close(saved)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict, TypeVar
+
 from dagster import (
     AssetSelection,
     AutomationConditionSensorDefinition,
@@ -40,6 +42,7 @@ from sessionize_assets.sensors.lifecycle import build_lifecycle_sensor
 from sessionize_assets.sensors.stale_sessions import build_stale_sessions_sensor
 from sessionize_assets.settings import Settings
 
+R = TypeVar("R")
 INGEST_JOB = "ingest_batch_job"
 EVENTS_JOB = "events_job"
 SESSIONS_JOB = "sessions_job"
@@ -66,7 +69,15 @@ SESSIONS_REBUILD_CONFIG = {"ops": {"sessionize": {"config": {"full_refresh": Tru
 LIFECYCLE_ASSETS = ("user_lifecycle_state", "user_lifecycle_snapshot")
 
 
-def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, object]:
+class Resources(TypedDict):
+    """The resources of every run, by key."""
+
+    spark: SparkResource
+    lake: LakeResource
+    landing: LandingZoneResource
+
+
+def build_resources(settings: Settings, *, spark_ui: bool = True) -> Resources:
     jars = delta_jars(settings.delta_jars_dir) if settings.lake_backend == "delta-spark" else []
     s3 = settings.lake_on_s3
     spark = SparkResource(
@@ -89,6 +100,15 @@ def build_resources(settings: Settings, *, spark_ui: bool = True) -> dict[str, o
         ),
         "landing": LandingZoneResource(landing_dir=str(settings.landing_dir.absolute())),
     }
+
+
+def resource_of(defs: Definitions, key: str, kind: type[R]) -> R:
+    """The resource `key` of `defs` (built by `build_resources`), checked to be a `kind`: how
+    the command-line paths (replay, rebuild, the bench) use the runs' own resources."""
+    found = (defs.resources or {}).get(key)
+    if not isinstance(found, kind):
+        raise TypeError(f"resource {key!r} is {type(found).__name__}, not {kind.__name__}")
+    return found
 
 
 def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitions:

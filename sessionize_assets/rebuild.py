@@ -23,6 +23,7 @@ from sessionize_assets.definitions import (
     SESSIONS_JOB,
     SESSIONS_REBUILD_CONFIG,
     build_definitions,
+    resource_of,
 )
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
 from sessionize_assets.lake.writer_lock import lake_writer
@@ -34,6 +35,7 @@ from sessionize_assets.replay import (
     flagged_partitions,
     run_succeeded,
 )
+from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.sensors.behind import latest_materialized_day
 from sessionize_assets.settings import Settings
 
@@ -51,7 +53,7 @@ def rebuild(
     from raw and sessions from them, or with `sessions_only` the sessions of those days from
     `events` as they are."""
     defs = build_definitions(settings)
-    store = defs.resources["lake"].store()  # type: ignore[attr-defined]
+    store = resource_of(defs, "lake", LakeResource).store()
     event_dates = store.read_arrow(BATCH_EVENT_DATES).column("event_date").to_pylist()
     if not event_dates:
         echo("nothing to rebuild: no batch has been ingested")

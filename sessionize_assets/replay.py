@@ -33,6 +33,7 @@ from dagster import (
     Definitions,
     ExecuteInProcessResult,
     JobDefinition,
+    PartitionsDefinition,
     RunRequest,
     RunsFilter,
     SensorResult,
@@ -48,10 +49,13 @@ from sessionize_assets.definitions import (
     LIFECYCLE_JOB,
     SESSIONS_JOB,
     build_definitions,
+    resource_of,
 )
 from sessionize_assets.lake.summary import describe_lake
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.partitions import ONE_DAY, RANGE_END, RANGE_START, contiguous_ranges
+from sessionize_assets.resources.lake import LakeResource
+from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.run_health import UNFINISHED, fail_dead_runs
 from sessionize_assets.sensors.behind import Behind
 from sessionize_assets.settings import Settings
@@ -209,28 +213,24 @@ def _replay(
     at_once: bool,
 ) -> ReplaySummary:
     defs = build_definitions(settings)
-    landing = defs.resources["landing"]
+    landing = resource_of(defs, "landing", LandingZoneResource)
     driver = BatchDriver(defs=defs, instance=instance, settings=settings, echo=echo)
-    last_key = driver.ingest.partitions_def.get_last_partition_key()
+    last_key = driver.received_days.get_last_partition_key()
     last = date.fromisoformat(last_key) if last_key else settings.start_date - ONE_DAY
     comparison = driver.behind.landing_batches(last=last)
     summary = ReplaySummary(
-        skipped=[
-            day
-            for day in landing.batches()  # type: ignore[attr-defined]
-            if not settings.start_date <= day <= last
-        ]
+        skipped=[day for day in landing.batches() if not settings.start_date <= day <= last]
     )
     pending = comparison.pending
     echo(
-        f"{len(pending)} new or changed batches in {landing.root}, "  # type: ignore[attr-defined]
+        f"{len(pending)} new or changed batches in {landing.root}, "
         f"{len(comparison.unchanged)} unchanged since they were ingested"
     )
     for day in summary.skipped:
         echo(f"{day}: outside the received-day partitions {settings.start_date}..{last}, skipped")
     for day in comparison.vanished:
         echo(f"{day}: ingested before, its folder is gone; what was ingested stays")
-    for name in landing.foreign_entries():  # type: ignore[attr-defined]
+    for name in landing.foreign_entries():
         echo(f"{name}: not a batch folder (received_date=YYYY-MM-DD), ignored")
     # First what an earlier replay or run left behind: the lake says which partitions.
     summary.caught_up = driver.catch_up()
@@ -277,7 +277,7 @@ def _replay(
     summary.sensor_cursors = driver.sensor_cursors()
     for line in summary.lines():
         echo(line)
-    store = defs.resources["lake"].store()  # type: ignore[attr-defined]
+    store = resource_of(defs, "lake", LakeResource).store()
     for line in describe_lake(store, lake=settings.lake):
         echo(line)
     return summary
@@ -355,13 +355,14 @@ class BatchDriver:
             for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB)
         )
         assert self.ingest.partitions_def is not None
+        self.received_days: PartitionsDefinition = self.ingest.partitions_def
         self.late_data = SensorTicks(defs, instance, "late_data_sensor")
         self.lifecycle_sensor = SensorTicks(defs, instance, "lifecycle_sensor")
         self.automation = AutomationTicks(defs, instance)
         self.behind = Behind(
             settings=settings,
-            lake=defs.resources["lake"].store(),  # type: ignore[attr-defined]
-            landing=defs.resources["landing"],  # type: ignore[arg-type]
+            lake=resource_of(defs, "lake", LakeResource).store(),
+            landing=resource_of(defs, "landing", LandingZoneResource),
         )
 
     def sensor_cursors(self) -> dict[str, str]:
@@ -436,7 +437,7 @@ class BatchDriver:
                     break
         if received is None:
             span = self.behind.lifecycle_catch_up(self.instance)
-            lifecycle_ranges = (
+            lifecycle_ranges: list[Mapping[str, str]] = (
                 [] if span is None else [{RANGE_START: str(span[0]), RANGE_END: str(span[1])}]
             )
         else:
@@ -539,7 +540,7 @@ def _batch_totals(result: ExecuteInProcessResult) -> Counter[str]:
         if event.asset_key == AssetKey("raw_events"):
             figures = {k: v.value for k, v in event.materialization.metadata.items()}
             for name in ("lines", "accepted", "rejected", "late_events"):
-                totals[name] += int(figures.get(name) or 0)  # type: ignore[arg-type]
+                totals[name] += _number(figures.get(name))
     return totals
 
 
@@ -559,7 +560,7 @@ def spark_jobs(result: ExecuteInProcessResult) -> int:
     """The Spark jobs a run started: its assets' (`run_spark_jobs`) and its check steps' (each
     result of a step reports the `spark_jobs` its checks shared: counted once per step)."""
     checks = {
-        event.step_key: int(evaluation.metadata["spark_jobs"].value or 0)  # type: ignore[arg-type]
+        event.step_key: _number(evaluation.metadata["spark_jobs"].value)
         for event in result.all_events
         if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION
         for evaluation in [event.asset_check_evaluation_data]
@@ -570,10 +571,15 @@ def spark_jobs(result: ExecuteInProcessResult) -> int:
     )
 
 
+def _number(value: object) -> int:
+    """A figure's metadata value: an int (a float is truncated), 0 for none."""
+    return int(value) if isinstance(value, int | float) else 0
+
+
 def run_figure(result: ExecuteInProcessResult, asset: str, name: str) -> int:
     """A range run's figure over all its partitions (`run_<name>`, reported once), or 0."""
     return sum(
-        int(entry.value or 0)  # type: ignore[arg-type]
+        _number(entry.value)
         for event in result.get_asset_materialization_events()
         if event.asset_key == AssetKey(asset)
         for key, entry in event.materialization.metadata.items()

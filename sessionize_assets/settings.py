@@ -167,6 +167,7 @@ class Settings:
         return max(1, self.sensor_interval_seconds - 1)
 
     def with_overrides(self, **changes: object) -> Settings:
+        # Each change is checked against its field by the dataclass's own __post_init__.
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
@@ -174,7 +175,7 @@ class Settings:
         env = os.environ if environ is None else environ
         defaults = cls()
 
-        def read(name: str, parse, default):  # type: ignore[no-untyped-def]
+        def read(name: str, parse, default):
             raw = env.get(name)
             if raw is None or raw.strip() == "":
                 return default

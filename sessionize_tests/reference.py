@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import unquote_plus, urlsplit
 
 FUTURE_TOLERANCE = timedelta(minutes=5)
@@ -47,7 +47,7 @@ def parse_iso(value: Any) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def non_empty_str(value: Any) -> bool:
+def non_empty_str(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 
@@ -131,6 +131,7 @@ def classify(
     if ts.date() < pipeline_start:
         return "before_start", None
     key = user_id if non_empty_str(user_id) else anonymous_id
+    assert non_empty_str(key), obj  # validated above: one of the two is a non-empty string
     return None, Accepted(
         obj["messageId"], key, ts, received, received_date, obj["timestamp"], message=obj
     )

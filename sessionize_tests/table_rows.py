@@ -21,7 +21,7 @@ def table_rows(store: DeltaStore, spec: TableSpec) -> list[Row]:
     `collect()` returns them: fields by name or attribute, timestamps naive in UTC."""
     try:
         # On an object store, delta-rs takes its credentials from the `AWS_*` environment.
-        table = DeltaTable(str(store.path(spec))).to_pyarrow_table()
+        table = DeltaTable(store.uri(spec)).to_pyarrow_table()
     except TableNotFoundError:
         return []
     naive = pa.schema(

@@ -23,14 +23,14 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterInstance, IntMetadataValue
 from deltalake import DeltaTable
 
-from sessionize_assets.dev_server import DagsterDev, free_port, land_folder
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.resources.spark import SERVER_TAG_MARK
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import make_settings, run_sessionize, settings_environment
+from sessionize_tests.dev_server import DagsterDev, free_port, land_folder
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 
@@ -114,7 +114,9 @@ def dev(tmp_path_factory):
         spark_server_ui_port=free_port(),
     )
     generated = root / "generated"
-    generate_landing_zone(out=generated, start=START, days=DAYS, users=40, seed=5, late_share=0.3)
+    generate_landing_zone(
+        ZoneSpec(out=generated, start=START, users=40, seed=5, late_share=0.3), days=DAYS
+    )
     for offset in range(DAYS - 1):
         deliver(generated, settings, START + timedelta(days=offset))
     env = settings_environment(settings)
@@ -154,12 +156,12 @@ def _server_jobs_by_step(settings: Settings) -> Counter:
 def _reported_jobs(instance: DagsterInstance, asset: str, run_ids: set[str]) -> int:
     """The Spark jobs the runs `run_ids` reported for `asset`'s step (`run_spark_jobs`)."""
     records = instance.fetch_materializations(AssetKey(asset), limit=1000).records
-    return sum(
-        int(entry.value)
+    figures = [
+        record.asset_materialization.metadata.get("run_spark_jobs")
         for record in records
-        if record.run_id in run_ids
-        and (entry := record.asset_materialization.metadata.get("run_spark_jobs")) is not None
-    )
+        if record.run_id in run_ids and record.asset_materialization is not None
+    ]
+    return sum(entry.value or 0 for entry in figures if isinstance(entry, IntMetadataValue))
 
 
 def _new_runs(server: DagsterDev, before: set[str]) -> list[dict]:

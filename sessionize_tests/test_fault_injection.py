@@ -21,7 +21,7 @@ import pytest
 from deltalake import DeltaTable
 
 from sessionize_assets.definitions import build_definitions
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
 from sessionize_tests.fault_runner import COMMITS_LINE
 
@@ -101,7 +101,7 @@ def _hashable(value: object) -> object:
 def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     zone = root / "zone"
-    generate_landing_zone(out=zone, start=START, days=3, users=30, seed=9, late_share=0.2)
+    generate_landing_zone(ZoneSpec(out=zone, start=START, users=30, seed=9, late_share=0.2), days=3)
     clean = root / "uninterrupted"
     out = _replay(clean, zone, at=0)
     commits = int(out.rsplit(COMMITS_LINE, 1)[1].split()[0])

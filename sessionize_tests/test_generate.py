@@ -13,6 +13,7 @@ import re
 import tracemalloc
 import uuid
 from collections import Counter, defaultdict
+from dataclasses import replace
 from datetime import date, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -23,6 +24,7 @@ from sessionize_assets.generator import (
     LATE_SHAPES,
     REJECTION_REASONS,
     GenerationReport,
+    ZoneSpec,
     append_day,
     generate_landing_zone,
 )
@@ -88,7 +90,7 @@ def lateness_days(ref: Reference) -> list[int]:
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[GenerationReport, Path]:
     out = tmp_path_factory.mktemp("big") / "landing"
-    report = generate_landing_zone(out=out, start=START, days=10, users=300, seed=11)
+    report = generate_landing_zone(ZoneSpec(out=out, start=START, users=300, seed=11), days=10)
     return report, out
 
 
@@ -122,13 +124,15 @@ def test_report_matches_for_other_shapes(
     tmp_path: Path, days: int, users: int, seed: int, pipeline_start: date | None, late_shape: str
 ) -> None:
     report = generate_landing_zone(
-        out=tmp_path,
-        start=START,
+        ZoneSpec(
+            out=tmp_path,
+            start=START,
+            users=users,
+            seed=seed,
+            pipeline_start=pipeline_start,
+            late_shape=late_shape,
+        ),
         days=days,
-        users=users,
-        seed=seed,
-        pipeline_start=pipeline_start,
-        late_shape=late_shape,
     )
     assert_report_matches(report, tmp_path, pipeline_start or START)
 
@@ -145,7 +149,9 @@ def test_line_accounting(big: tuple[GenerationReport, Path]) -> None:
 
 @pytest.mark.parametrize(("days", "users", "seed"), [(2, 20, 5), (2, 20, 6), (10, 300, 11)])
 def test_every_rejection_reason_present(tmp_path: Path, days: int, users: int, seed: int) -> None:
-    report = generate_landing_zone(out=tmp_path, start=START, days=days, users=users, seed=seed)
+    report = generate_landing_zone(
+        ZoneSpec(out=tmp_path, start=START, users=users, seed=seed), days=days
+    )
     ref = reference_validate(tmp_path, START)
     for reason in REJECTION_REASONS:
         assert report.expected_rejections[reason] > 0, reason
@@ -153,10 +159,10 @@ def test_every_rejection_reason_present(tmp_path: Path, days: int, users: int, s
 
 
 def test_deterministic_by_seed(tmp_path: Path) -> None:
-    args = {"start": START, "days": 5, "users": 60}
-    first = generate_landing_zone(out=tmp_path / "a", seed=3, **args)
-    second = generate_landing_zone(out=tmp_path / "b", seed=3, **args)
-    generate_landing_zone(out=tmp_path / "c", seed=4, **args)
+    zone = ZoneSpec(out=tmp_path / "a", start=START, users=60, seed=3)
+    first = generate_landing_zone(zone, days=5)
+    second = generate_landing_zone(replace(zone, out=tmp_path / "b"), days=5)
+    generate_landing_zone(replace(zone, out=tmp_path / "c", seed=4), days=5)
     assert all_files(tmp_path / "a") == all_files(tmp_path / "b")
     assert first.expected_rejections == second.expected_rejections
     assert first.valid_events == second.valid_events
@@ -164,12 +170,12 @@ def test_deterministic_by_seed(tmp_path: Path) -> None:
 
 
 def test_rerun_replaces_files_and_refuses_foreign_batches(tmp_path: Path) -> None:
-    generate_landing_zone(out=tmp_path, start=START, days=3, users=30, seed=1)
+    generate_landing_zone(ZoneSpec(out=tmp_path, start=START, users=30, seed=1), days=3)
     before = all_files(tmp_path)
-    generate_landing_zone(out=tmp_path, start=START, days=3, users=30, seed=1)
+    generate_landing_zone(ZoneSpec(out=tmp_path, start=START, users=30, seed=1), days=3)
     assert all_files(tmp_path) == before
     with pytest.raises(FileExistsError):
-        generate_landing_zone(out=tmp_path, start=START, days=2, users=30, seed=1)
+        generate_landing_zone(ZoneSpec(out=tmp_path, start=START, users=30, seed=1), days=2)
 
 
 def test_layout(big: tuple[GenerationReport, Path]) -> None:
@@ -241,22 +247,26 @@ def test_anonymous_users_present(big: tuple[GenerationReport, Path]) -> None:
 
 def test_rejects_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        generate_landing_zone(out=tmp_path, start=START, days=0, users=10, seed=1)
+        generate_landing_zone(ZoneSpec(out=tmp_path, start=START, users=10, seed=1), days=0)
     with pytest.raises(ValueError):
-        generate_landing_zone(out=tmp_path, start=START, days=2, users=10, seed=1, late_share=1.5)
+        generate_landing_zone(
+            ZoneSpec(out=tmp_path, start=START, users=10, seed=1, late_share=1.5), days=2
+        )
 
 
 def test_zero_shares(tmp_path: Path) -> None:
     report = generate_landing_zone(
-        out=tmp_path,
-        start=START,
+        ZoneSpec(
+            out=tmp_path,
+            start=START,
+            users=60,
+            seed=8,
+            late_share=0,
+            duplicate_share=0,
+            invalid_share=0,
+            gzip_share=0,
+        ),
         days=4,
-        users=60,
-        seed=8,
-        late_share=0,
-        duplicate_share=0,
-        invalid_share=0,
-        gzip_share=0,
     )
     assert not [p for p in tmp_path.rglob("*.gz")]
     assert sum(report.expected_rejections.values()) == 0
@@ -269,9 +279,9 @@ def test_zero_shares(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("late_shape", LATE_SHAPES)
 def test_first_days_do_not_depend_on_days(tmp_path: Path, late_shape: str) -> None:
-    args = {"start": START, "users": 80, "seed": 7, "late_shape": late_shape}
-    generate_landing_zone(out=tmp_path / "short", days=3, **args)
-    generate_landing_zone(out=tmp_path / "long", days=7, **args)
+    zone = ZoneSpec(out=tmp_path / "short", start=START, users=80, seed=7, late_shape=late_shape)
+    generate_landing_zone(zone, days=3)
+    generate_landing_zone(replace(zone, out=tmp_path / "long"), days=7)
     first_days = {f"received_date={START + timedelta(days=d)}" for d in range(3)}
     long = all_files(tmp_path / "long")
     assert all_files(tmp_path / "short") == {
@@ -282,17 +292,18 @@ def test_first_days_do_not_depend_on_days(tmp_path: Path, late_shape: str) -> No
 
 @pytest.mark.parametrize("late_shape", LATE_SHAPES)
 def test_append_day_writes_the_batch_of_the_longer_run(tmp_path: Path, late_shape: str) -> None:
-    args = {
-        "start": START,
-        "users": 80,
-        "seed": 9,
-        "late_shape": late_shape,
-        "pipeline_start": START + timedelta(days=1),
-    }
-    longer = generate_landing_zone(out=tmp_path / "longer", days=6, **args)
-    generate_landing_zone(out=tmp_path / "grown", days=4, **args)
-    append_day(out=tmp_path / "grown", **args)
-    appended = append_day(out=tmp_path / "grown", **args)
+    grown = ZoneSpec(
+        out=tmp_path / "grown",
+        start=START,
+        users=80,
+        seed=9,
+        late_shape=late_shape,
+        pipeline_start=START + timedelta(days=1),
+    )
+    longer = generate_landing_zone(replace(grown, out=tmp_path / "longer"), days=6)
+    generate_landing_zone(grown, days=4)
+    append_day(grown)
+    appended = append_day(grown)
     assert all_files(tmp_path / "grown") == all_files(tmp_path / "longer")
     assert appended.written_batches == 1
     assert dataclasses.replace(appended, out=longer.out, written_batches=6) == longer
@@ -301,17 +312,17 @@ def test_append_day_writes_the_batch_of_the_longer_run(tmp_path: Path, late_shap
 
 
 def test_append_day_refuses_zones_it_cannot_extend(tmp_path: Path) -> None:
-    args = {"users": 10, "seed": 1}
+    zone = ZoneSpec(out=tmp_path, start=START, users=10, seed=1)
     with pytest.raises(FileNotFoundError):
-        append_day(out=tmp_path, start=START, **args)
-    generate_landing_zone(out=tmp_path, start=START, days=2, **args)
+        append_day(zone)
+    generate_landing_zone(zone, days=2)
     with pytest.raises(ValueError, match="consecutive"):
-        append_day(out=tmp_path, start=START + timedelta(days=1), **args)
+        append_day(replace(zone, start=START + timedelta(days=1)))
     with pytest.raises(ValueError, match="generated with"):
-        append_day(out=tmp_path, start=START, users=10, seed=2)
+        append_day(ZoneSpec(out=tmp_path, start=START, users=10, seed=2))
     (tmp_path / f"received_date={START + timedelta(days=5)}").mkdir()
     with pytest.raises(ValueError, match="consecutive"):
-        append_day(out=tmp_path, start=START, **args)
+        append_day(zone)
     assert len(list(tmp_path.iterdir())) == 3  # nothing was written
 
 
@@ -333,10 +344,10 @@ def message_bodies(landing: Path) -> dict[str, set[str]]:
 
 def test_message_ids_never_collide(tmp_path: Path) -> None:
     """Lines share an id only when they are deliveries of one message (retries)."""
-    args = {"start": START, "users": 150, "seed": 21}
-    generate_landing_zone(out=tmp_path / "recent", days=5, **args)
-    append_day(out=tmp_path / "recent", **args)
-    generate_landing_zone(out=tmp_path / "uniform", days=6, late_shape="uniform", **args)
+    recent = ZoneSpec(out=tmp_path / "recent", start=START, users=150, seed=21)
+    generate_landing_zone(recent, days=5)
+    append_day(recent)
+    generate_landing_zone(replace(recent, out=tmp_path / "uniform", late_shape="uniform"), days=6)
     for zone in ("recent", "uniform"):
         bodies = message_bodies(tmp_path / zone)
         assert len(bodies) > 3_000
@@ -357,7 +368,7 @@ def shapes(
     for shape in LATE_SHAPES:
         out = tmp_path_factory.mktemp(shape) / "landing"
         report = generate_landing_zone(
-            out=out, start=START, days=20, users=300, seed=13, late_shape=shape
+            ZoneSpec(out=out, start=START, users=300, seed=13, late_shape=shape), days=20
         )
         result[shape] = (report, reference_validate(out, START))
     return result
@@ -411,7 +422,7 @@ def test_memory_stays_bounded_by_a_few_batches(tmp_path: Path) -> None:
     tracemalloc.start()
     try:
         report = generate_landing_zone(
-            out=tmp_path, start=START, days=60, users=120, seed=6, gzip_share=0
+            ZoneSpec(out=tmp_path, start=START, users=120, seed=6, gzip_share=0), days=60
         )
         _current, peak = tracemalloc.get_traced_memory()
     finally:

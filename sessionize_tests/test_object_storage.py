@@ -14,7 +14,7 @@ import pytest
 from dagster import instance_for_test
 from deltalake import DeltaTable
 
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.log_files import commit_actions, table_path
 from sessionize_assets.lake.tables import ALL_TABLES
 from sessionize_assets.replay import replay
@@ -47,7 +47,8 @@ def test_a_replay_with_the_lake_on_s3_equals_the_full_recompute(spark, tmp_path)
             spark_conf={**TEST_SPARK_CONF, **spark_credentials()},
         )
         generate_landing_zone(
-            out=settings.landing_dir, start=START, days=4, users=60, seed=5, late_share=0.1
+            ZoneSpec(out=settings.landing_dir, start=START, users=60, seed=5, late_share=0.1),
+            days=4,
         )
         with instance_for_test() as instance:
             summary = replay(settings=settings, instance=instance, echo=lambda _: None)

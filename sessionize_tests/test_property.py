@@ -9,6 +9,7 @@ import os
 import tempfile
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +36,7 @@ MAX_LENGTH = timedelta(hours=2)
 # What an event says besides its ids and times (SPEC §3b): page views with a landing URL's
 # campaign or a campaign object, external and internal referrers, devices, a conversion, and
 # fields that are not objects. An event arriving late may become a session's first page.
-CONTENTS = (
+CONTENTS: tuple[dict[str, Any], ...] = (
     {"type": "track", "event": "Tapped"},
     {"type": "track", "event": "Order Completed"},
     {

@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 from sessionize_assets.assets.metadata import is_flagged
 from sessionize_assets.assets.sessions import CHANNEL_KEYS
 from sessionize_assets.definitions import LIFECYCLE_JOB
-from sessionize_assets.generator import append_day, generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, append_day, generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import (
     EVENT_IDS,
@@ -65,7 +65,8 @@ def replayed(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("replay")
     settings = make_settings(root, start_date=START)
     report = generate_landing_zone(
-        out=settings.landing_dir, start=START, days=10, users=300, seed=11, late_share=0.05
+        ZoneSpec(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05),
+        days=10,
     )
     lines: list[str] = []
     with instance_for_test() as instance:
@@ -187,7 +188,8 @@ def test_an_at_once_replay_leaves_the_full_recompute_and_true_metadata(spark, tm
     replays' small changes are written from the driver with Arrow)."""
     settings = make_settings(tmp_path, start_date=START, driver_write_bytes=0)
     report = generate_landing_zone(
-        out=settings.landing_dir, start=START, days=10, users=300, seed=11, late_share=0.05
+        ZoneSpec(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05),
+        days=10,
     )
     lines: list[str] = []
     with instance_for_test() as instance:
@@ -219,7 +221,8 @@ def test_a_delta_spark_replay_equals_the_embedded_one_and_the_full_recompute(
     embedded, *_ = replayed
     settings = make_settings(tmp_path, start_date=START, lake_backend="delta-spark")
     generate_landing_zone(
-        out=settings.landing_dir, start=START, days=10, users=300, seed=11, late_share=0.05
+        ZoneSpec(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05),
+        days=10,
     )
     with instance_for_test() as instance:
         summary = replay(settings=settings, instance=instance, echo=lambda _: None)
@@ -459,7 +462,9 @@ def test_a_corrupt_batch_fails_alone_and_replay_goes_on(replayed, spark):
     received day: replay reports both, ingests the good batch, and the bad one once fixed."""
     settings = replayed[0]
     for _ in range(2):
-        append_day(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05)
+        append_day(
+            ZoneSpec(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05)
+        )
     (settings.landing_dir / "received_date=2024-13-45").mkdir()
     bad_day, good_day = date(2026, 1, 11), date(2026, 1, 12)
     bad = settings.landing_dir / f"received_date={bad_day}" / "zz-truncated.jsonl.gz"

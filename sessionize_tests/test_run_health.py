@@ -16,7 +16,7 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from sessionize_assets.definitions import INGEST_JOB
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.replay import ReplayBusyError, replay, replay_lock
 from sessionize_assets.run_health import UNFINISHED, unfinished_runs
 from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
@@ -38,7 +38,7 @@ def _wait_for_started_run(instance: DagsterInstance, job_name: str, timeout: flo
 
 def test_a_killed_replay_leaves_a_dead_run_that_the_next_replay_fails_and_redoes(tmp_path, spark):
     settings = make_settings(tmp_path)
-    generate_landing_zone(out=settings.landing_dir, start=START, days=2, users=20, seed=4)
+    generate_landing_zone(ZoneSpec(out=settings.landing_dir, start=START, users=20, seed=4), days=2)
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(PROJECT / "dagster.yaml", home / "dagster.yaml")  # the project's instance

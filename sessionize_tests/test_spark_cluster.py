@@ -25,11 +25,11 @@ import pytest
 from dagster import instance_for_test
 from deltalake import DeltaTable
 
-from sessionize_assets.dev_server import free_port
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.replay import replay
 from sessionize_assets.settings import LAKE_BACKENDS
 from sessionize_tests.conftest import DELTA_JARS_DIR, make_settings, run_sessionize
+from sessionize_tests.dev_server import free_port
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -131,7 +131,7 @@ def replayed_locally(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("local_replay")
     zone = root / "zone"
     generate_landing_zone(
-        out=zone, start=START, days=3, users=60, seed=3, late_share=0.2, bot_share=0.05
+        ZoneSpec(out=zone, start=START, users=60, seed=3, late_share=0.2, bot_share=0.05), days=3
     )
     local = make_settings(root / "local", landing_dir=zone)
     with instance_for_test() as instance:

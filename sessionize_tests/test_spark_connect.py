@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionize_assets.dev_server import free_port
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.spark_server import running_server
 from sessionize_tests.conftest import (
     make_settings,
@@ -27,6 +26,7 @@ from sessionize_tests.conftest import (
     run_sessionize,
     settings_environment,
 )
+from sessionize_tests.dev_server import free_port
 from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).
@@ -47,7 +47,7 @@ def served(tmp_path_factory):
         spark_server_ui_port=free_port(),
     )
     generate_landing_zone(
-        out=settings.landing_dir, start=START, days=4, users=60, seed=23, late_share=0.2
+        ZoneSpec(out=settings.landing_dir, start=START, users=60, seed=23, late_share=0.2), days=4
     )
     with running_server(settings, log_path=root / "spark-server.log") as address:
         env = settings_environment(settings) | {

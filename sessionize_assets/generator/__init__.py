@@ -13,6 +13,7 @@ from sessionize_assets.generator.zone import (
     LATE_SHAPES,
     REJECTION_REASONS,
     GenerationReport,
+    ZoneSpec,
     append_day,
     generate_landing_zone,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "LATE_SHAPES",
     "REJECTION_REASONS",
     "GenerationReport",
+    "ZoneSpec",
     "append_day",
     "generate_landing_zone",
 ]

@@ -128,23 +128,33 @@ class GenerationReport:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Config:
-    """The arguments that define a zone (all but its number of days), checked."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZoneSpec:
+    """What defines a landing zone, all but its number of days: where it is written (`out`),
+    its first received day (`start`), its `users` and `seed`, and the shares of awkward data.
+
+    `late_share` is the share of events delivered at least a day late, and `late_shape` how
+    late: "recent" (mostly 1-3 days with a tail of months, as offline mobile SDKs do; the share
+    measured in a zone is a little lower, as the latest days' late events arrive after its end)
+    or "uniform" (each batch gets `late_share` of its events from days spread evenly over the
+    whole history: the worst case for incremental processing). `pipeline_start`: the day before
+    which events are rejected (`start` when None).
+    """
 
     out: Path
     start: date
     users: int
     seed: int
-    late_share: float
-    late_shape: str
-    bot_share: float
-    duplicate_share: float
-    invalid_share: float
-    pipeline_start: date
-    gzip_share: float
+    late_share: float = 0.05
+    late_shape: str = "recent"
+    bot_share: float = 0.01
+    duplicate_share: float = 0.01
+    invalid_share: float = 0.005
+    pipeline_start: date | None = None
+    gzip_share: float = 0.3
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "out", Path(self.out))  # a str is taken too
         if not 0 <= self.users < MAX_USERS:
             raise ValueError(f"users must be in [0, {MAX_USERS}), got {self.users}")
         if self.late_shape not in LATE_SHAPES:
@@ -159,91 +169,38 @@ class _Config:
             if not 0 <= share < 1:
                 raise ValueError(f"shares must be in [0, 1), got {share}")
 
+    @property
+    def accepted_from(self) -> date:
+        """The first day whose events are accepted (`pipeline_start`, else `start`)."""
+        return self.start if self.pipeline_start is None else self.pipeline_start
 
-def generate_landing_zone(
-    *,
-    out: Path,
-    start: date,
-    days: int,
-    users: int,
-    seed: int,
-    late_share: float = 0.05,
-    late_shape: str = "recent",
-    bot_share: float = 0.01,
-    duplicate_share: float = 0.01,
-    invalid_share: float = 0.005,
-    pipeline_start: date | None = None,
-    gzip_share: float = 0.3,
-) -> GenerationReport:
-    """Write a landing zone for [start, start + days) under `out` and report the expected outcome.
+
+def generate_landing_zone(zone: ZoneSpec, *, days: int) -> GenerationReport:
+    """Write the landing zone `zone` for [start, start + days) and report the expected outcome.
 
     Same arguments give byte-identical files, and the first N batches are the same whatever
     `days` is (see `append_day`). Batches are written one by one as the days are generated, so
     memory does not grow with `days`.
 
-    `late_share` is the share of events delivered at least a day late, and `late_shape` how
-    late: "recent" (mostly 1-3 days with a tail of months, as offline mobile SDKs do; the share
-    measured in a zone is a little lower, as the latest days' late events arrive after its end)
-    or "uniform" (each batch gets `late_share` of its events from days spread evenly over the
-    whole history: the worst case for incremental processing).
-
     Existing `*.jsonl[.gz]` files in the batch folders written are replaced (a re-delivery);
-    other `received_date=` folders under `out` are refused because they would silently change
-    the expected counts.
+    other `received_date=` folders under `zone.out` are refused because they would silently
+    change the expected counts.
     """
-    config = _Config(
-        out=Path(out),
-        start=start,
-        users=users,
-        seed=seed,
-        late_share=late_share,
-        late_shape=late_shape,
-        bot_share=bot_share,
-        duplicate_share=duplicate_share,
-        invalid_share=invalid_share,
-        pipeline_start=start if pipeline_start is None else pipeline_start,
-        gzip_share=gzip_share,
-    )
     _check_days(days)
-    refuse_foreign_batches(config.out, [start + timedelta(days=d) for d in range(days)])
-    return _Simulation(config, days=days, write_from=0).run()
+    refuse_foreign_batches(zone.out, [zone.start + timedelta(days=d) for d in range(days)])
+    return _Simulation(zone, days=days, write_from=0).run()
 
 
-def append_day(
-    *,
-    out: Path,
-    start: date,
-    users: int,
-    seed: int,
-    late_share: float = 0.05,
-    late_shape: str = "recent",
-    bot_share: float = 0.01,
-    duplicate_share: float = 0.01,
-    invalid_share: float = 0.005,
-    pipeline_start: date | None = None,
-    gzip_share: float = 0.3,
-) -> GenerationReport:
-    """Add the next received day to a zone written by `generate_landing_zone` (same arguments).
+def append_day(zone: ZoneSpec) -> GenerationReport:
+    """Add the next received day to the zone `zone`, written by `generate_landing_zone`.
 
     Writes exactly the batch that generating one more day would have written, so a zone can grow
     a day at a time, for example next to a running pipeline. The history is replayed without
     being rendered (late uploads and retries from earlier days land in the new batch), which
     takes a fraction of a full generation. The report covers the whole zone.
     """
-    config = _Config(
-        out=Path(out),
-        start=start,
-        users=users,
-        seed=seed,
-        late_share=late_share,
-        late_shape=late_shape,
-        bot_share=bot_share,
-        duplicate_share=duplicate_share,
-        invalid_share=invalid_share,
-        pipeline_start=start if pipeline_start is None else pipeline_start,
-        gzip_share=gzip_share,
-    )
-    found = existing_batches(config.out)
+    out, start = zone.out, zone.start
+    found = existing_batches(out)
     if not found:
         raise FileNotFoundError(f"{out} holds no batch to append to; generate a zone first")
     expected = [start + timedelta(days=d) for d in range(len(found))]
@@ -253,9 +210,9 @@ def append_day(
             f"({len(found)} folders); pass the --start the zone was generated with"
         )
     _check_days(len(found) + 1)
-    last_lines = count_lines(config.out / batch_name(found[-1]))
+    last_lines = count_lines(out / batch_name(found[-1]))
     return _Simulation(
-        config, days=len(found) + 1, write_from=len(found), last_lines=last_lines
+        zone, days=len(found) + 1, write_from=len(found), last_lines=last_lines
     ).run()
 
 
@@ -274,14 +231,14 @@ class _Simulation:
     """
 
     def __init__(
-        self, config: _Config, *, days: int, write_from: int, last_lines: int | None = None
+        self, config: ZoneSpec, *, days: int, write_from: int, last_lines: int | None = None
     ) -> None:
         self.config = config
         self.days = days
         self.write_from = write_from
         self.last_lines = last_lines
         self.start_ms = date_ms(config.start)
-        self.pipeline_start_ms = date_ms(config.pipeline_start)
+        self.pipeline_start_ms = date_ms(config.accepted_from)
         self.frame = Frame(
             seed=config.seed,
             start_ms=self.start_ms,

@@ -66,6 +66,7 @@ from sessionize_assets.lake.store import (
     MaintenanceResult,
     PartitionValue,
     TableSpec,
+    ValuesByPartition,
     WriteConflictError,
     empty_frame,
     partition_string,
@@ -265,7 +266,7 @@ class EmbeddedDeltaStore:
         spec: TableSpec,
         *,
         column: str,
-        values: Mapping[PartitionValue, Collection[str]],
+        values: ValuesByPartition,
         whole: Iterable[PartitionValue] = (),
     ) -> list[str]:
         table = self._table(spec)
@@ -713,7 +714,7 @@ class EmbeddedDeltaStore:
         except Exception as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise LakeError(f"{spec.name}: writing data files failed: {exc}") from exc
-        staged = []
+        staged: list[tuple[str, Path]] = []
         for folder in sorted(staging.glob(f"{spec.partition_by}=*")):
             value = unquote(folder.name.split("=", 1)[1])
             if value == "__HIVE_DEFAULT_PARTITION__":
@@ -747,7 +748,7 @@ class EmbeddedDeltaStore:
             removed = len(self.live_files(spec, partitions=targets))
             try:
                 table.create_write_transaction(
-                    adds,
+                    [*adds],
                     mode="overwrite",
                     schema=table.schema(),
                     partition_by=[spec.partition_by],

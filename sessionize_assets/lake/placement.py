@@ -38,7 +38,8 @@ def estimated_bytes(df: DataFrame) -> int | None:
     if java is not None:
         size = int(java.queryExecution().optimizedPlan().stats().sizeInBytes())
     else:
-        explained = df._explain_string(mode="cost")  # type: ignore[attr-defined]
+        # Connect's DataFrame: typed through __getattr__ (a column), a method at run time.
+        explained = df._explain_string(mode="cost")  # type: ignore[operator]
         optimized = explained.partition("== Optimized Logical Plan ==")[2]
         found = _COST_SIZE.search(optimized)
         if found is None:

@@ -80,6 +80,8 @@ class TableSpec:
 
 
 PartitionValue = date | str
+# Wanted values (of a column) per partition value: keyed by dates or by their strings.
+ValuesByPartition = Mapping[date, Collection[str]] | Mapping[str, Collection[str]]
 
 
 def partition_string(value: PartitionValue) -> str:
@@ -320,7 +322,7 @@ class DeltaStore(Protocol):
         spec: TableSpec,
         *,
         column: str,
-        values: Mapping[PartitionValue, Collection[str]],
+        values: ValuesByPartition,
         whole: Iterable[PartitionValue] = (),
     ) -> list[str]:
         """Live files (relative paths) that can hold rows with these values of `column`.

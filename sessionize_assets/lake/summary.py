@@ -27,7 +27,7 @@ from sessionize_assets.transforms.validation import DEDUP, INGEST
 def describe_lake(store: DeltaStore, *, lake: Location) -> list[str]:
     """Lines for a person: the tables' sizes and where they are, and the lines reconciled."""
 
-    def rows(spec) -> int:  # type: ignore[no-untyped-def]
+    def rows(spec) -> int:
         return sum(store.row_counts(spec).values())
 
     rejected: dict[tuple[str, str], int] = {

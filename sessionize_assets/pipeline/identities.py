@@ -101,6 +101,7 @@ def _rebuild(store: DeltaStore, report: IdentitiesReport, write: dict) -> None:
                 F.count(F.when(F.col("_new").isNull(), 1)).alias("unmapped"),
                 F.count(F.when(F.col("_old") != F.col("_new"), 1)).alias("remapped"),
             ).first()
+            assert figures is not None  # an aggregate has one row
             report.ids_new, report.ids_unmapped = figures["new"], figures["unmapped"]
             report.ids_remapped = figures["remapped"]
         commit = store.rewrite(USER_IDENTITIES, drop=F.lit(True), add=lambda: new, **write)

@@ -15,12 +15,13 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import reduce
+from typing import Any
 
 from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec
+from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec, ValuesByPartition
 from sessionize_assets.sql_text import sql_identifier
 
 # A partition with more wanted keys than this is read whole: an IN list that long would
@@ -52,7 +53,7 @@ def read_by_keys(
     store: DeltaStore,
     spec: TableSpec,
     *,
-    wanted: DataFrame | Mapping[PartitionValue, Collection[str]],
+    wanted: DataFrame | ValuesByPartition,
     key: str,
     columns: list[str],
 ) -> KeyedRead:
@@ -67,6 +68,7 @@ def read_by_keys(
     matched by a hash set of their pairs.
     """
     part = spec.partition_by
+    counts: list[dict[str, Any]]
     if isinstance(wanted, Mapping):
         listed = {value: sorted(set(keys)) for value, keys in wanted.items() if keys}
         counts = [
@@ -80,12 +82,15 @@ def read_by_keys(
     else:
         wanted = wanted.select(part, key).distinct()
         few = F.count(F.lit(1)) <= PUSHED_KEYS_PER_PARTITION
-        counts = (
+        collected = (
             wanted.groupBy(part)
             .agg(F.count(F.lit(1)).alias("count"), F.when(few, F.collect_list(key)).alias("keys"))
             .collect()
         )
-    searched, budget, pairs = [], PUSHED_KEYS_TOTAL, []
+        counts = [row.asDict() for row in collected]
+    searched: list[PartitionValue] = []
+    pairs: list[tuple[PartitionValue, str]] = []
+    budget = PUSHED_KEYS_TOTAL
     for row in sorted(counts, key=lambda r: (r["count"], r[part])):
         if row["count"] <= min(PUSHED_KEYS_PER_PARTITION, budget):
             searched.append(row[part])
@@ -135,31 +140,27 @@ def isin_texts(column: Column, texts: Collection[str | date]) -> Column:
     into the same hash set. Spark Connect puts the list in its plan message: `isin` there.
     """
     values = sorted(set(texts))
+    strings = [v for v in values if isinstance(v, str)]
     context = SparkContext._active_spark_context
     java = getattr(column, "_jc", None)  # None on Spark Connect, which has no JVM here
-    if (
-        len(values) < JVM_LIST_FROM
-        or java is None
-        or context is None
-        or not all(isinstance(v, str) for v in values)
-    ):
+    if len(values) < JVM_LIST_FROM or java is None or context is None or strings != values:
         return column.isin(values)
-    separator = next((s for s in _SEPARATORS if not any(s in v for v in values)), None)
+    separator = next((s for s in _SEPARATORS if not any(s in v for v in strings)), None)
     if separator is None:
         return column.isin(values)
     pattern = getattr(context._jvm, "java.util.regex.Pattern")
     # Sorted, the only empty text can be the first, which the split keeps (only trailing empty
     # strings are dropped).
-    listed = pattern.compile(pattern.quote(separator)).splitAsStream(separator.join(values))
+    listed = pattern.compile(pattern.quote(separator)).splitAsStream(separator.join(strings))
     return Column(java.isInCollection(listed.toList()))
 
 
-def pair_texts(pairs: Iterable[tuple[date, str]]) -> list[str]:
+def pair_texts(pairs: Iterable[tuple[PartitionValue, str]]) -> list[str]:
     """The text `pair_filter` matches a (date, key) pair by: `date|key`."""
     return [f"{day}|{value}" for day, value in pairs]
 
 
-def pair_filter(pairs: Iterable[tuple[date, str]], *, partition: str, key: str) -> Column:
+def pair_filter(pairs: Iterable[tuple[PartitionValue, str]], *, partition: str, key: str) -> Column:
     """Whether a row's (`partition`, `key`) is one of `pairs`: a hash set of their text
     (`date|key`: a date's text has no `|`) in the query, where a join with a frame of them
     would be a broadcast job of its own. For up to PUSHED_KEYS_TOTAL pairs."""

@@ -115,8 +115,8 @@ def fingerprint(
             sha = before.sha256
         else:
             hit = (cached or {}).get(str(path))
-            sha = hit[2] if hit is not None and tuple(hit[:2]) == (size, modified) else None
-            sha = sha or file_sha256(path)
+            fresh = hit is not None and tuple(hit[:2]) == (size, modified)
+            sha = hit[2] if hit is not None and fresh else file_sha256(path)
             if digested is not None:
                 digested[str(path)] = (size, modified, sha)
         found.append(LandingFile(name=path.name, bytes=size, modified_ns=modified, sha256=sha))

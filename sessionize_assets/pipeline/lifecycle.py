@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -240,7 +241,9 @@ def _restate_touched(
     """Restate the anchored users on the driver and commit the rows that differ."""
     report.users_restated = len(scope.anchors)
     old = _old_intervals(store, scope)
-    balances = {user: (None, None) for user in scope.anchors}
+    balances: dict[str, tuple[str | None, date | None]] = {
+        user: (None, None) for user in scope.anchors
+    }
     for user, state, since, _ in old:
         if since < scope.anchors[user]:  # the stretch covering the day before the anchor
             balances[user] = (state, since)
@@ -282,7 +285,7 @@ def _restate_touched(
 
 
 def _interval_table(rows: list[Interval]) -> pa.Table:
-    columns = list(zip(*rows, strict=True)) if rows else [[]] * len(INTERVAL_COLUMNS)
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[]] * len(INTERVAL_COLUMNS)
     return pa.table(dict(zip(INTERVAL_COLUMNS, columns, strict=True)), schema=ARROW_INTERVAL_SCHEMA)
 
 
@@ -410,6 +413,7 @@ def _restate_everyone(
             )
             .first()
         )
+        assert stats is not None  # an aggregate has one row
         (
             report.intervals_added,
             report.intervals_removed,

@@ -329,7 +329,7 @@ def _rewritten(
     relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
     extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
     dropped = None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
-    if dropped is not None and len(dropped) <= PUSHED_KEYS_TOTAL:
+    if changed_pairs is not None and dropped is not None and len(dropped) <= PUSHED_KEYS_TOTAL:
         drop = _pair_filter(dropped)
         new_rows = sessions.where(_pair_filter(changed_pairs))
         return drop, None, new_rows if extra is None else new_rows.unionByName(extra)
@@ -447,11 +447,9 @@ def _summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> _S
         if row[name] is not None
     }
     dated = [row for row in rows if row.session_date is not None]
-    changed_pairs: list[tuple[date, str]] | None = [
-        (row.session_date, user) for row in dated for user in row.changed_users or []
-    ]
-    if any(row.changed_users is None for row in dated) or len(changed_pairs) > PUSHED_KEYS_TOTAL:
-        changed_pairs = None
+    pairs = [(row.session_date, user) for row in dated for user in row.changed_users or []]
+    whole = any(row.changed_users is None for row in dated) or len(pairs) > PUSHED_KEYS_TOTAL
+    changed_pairs = None if whole else pairs
     return _Summary(
         changed_pairs=changed_pairs,
         changes={

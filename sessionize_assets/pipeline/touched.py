@@ -90,12 +90,12 @@ def touched_pairs(
     for session_date, version in absorbed.items():
         absorbed_at.setdefault(version, []).append(session_date)
     # The path relative to the table root, as the Delta log names it.
-    path = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1)
+    relative_path = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+)$", 1)
     return TouchedPairs(
         pairs=store.read_files(EVENTS, latest)
         .select(
             "user_id",
-            _lookup(path, changed_at).alias("_version"),
+            _lookup(relative_path, changed_at).alias("_version"),
             _session_dates(F.col("event_date"), settings),
         )
         .withColumn("_absorbed", _lookup(F.col("session_date"), absorbed_at))

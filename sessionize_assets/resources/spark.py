@@ -252,7 +252,7 @@ class SparkResource(LazyPySparkResource):
         if clash:
             raise ValueError(f"sessionize needs {REQUIRED_CONF}; spark_config overrides {clash}")
         remote = self.spark_config.get("spark.remote")
-        started = self._spark_session is not None  # type: ignore[attr-defined]
+        started = self._spark_session is not None
         if remote and not started and not answers(*connect_address(str(remote))):
             raise SparkServerUnavailable(
                 f"no Spark Connect server answers at {remote} (SESSIONIZE_SPARK_MASTER): "
@@ -275,7 +275,7 @@ class SparkResource(LazyPySparkResource):
         keep it until an hour's idle timeout. A session the address names (`;session_id=`,
         `spark_server.shared_session_address`) is shared by the runs and stays; a local
         session is the process's, and the next run in it (a replay's) uses it again."""
-        started = self._spark_session  # type: ignore[attr-defined]
+        started = self._spark_session
         remote = str(self.spark_config.get("spark.remote", ""))
         if started is not None and is_connect(started) and ";session_id=" not in remote:
             started.stop()
@@ -327,6 +327,7 @@ def counting_jobs(spark: SparkSession, label: str) -> Iterator[Callable[[], int 
         yield lambda: len(context.statusTracker().getJobIdsForGroup(group))
     finally:
         for key, value in previous.items():
+            # None (a property that was not set) unsets it; pyspark types the value as str.
             context.setLocalProperty(key, value)  # type: ignore[arg-type]
 
 

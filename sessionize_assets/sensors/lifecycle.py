@@ -128,8 +128,9 @@ def _new_materializations(
 
 def _dates(materialization: AssetMaterialization | None, field: str) -> list[date]:
     """A metadata entry holding a JSON list of ISO dates."""
-    value = materialization.metadata.get(field) if materialization else None
-    return [date.fromisoformat(d) for d in (value.value if value else [])]
+    entry = materialization.metadata.get(field) if materialization else None
+    days = entry.value if entry is not None else None
+    return [date.fromisoformat(str(d)) for d in days] if isinstance(days, list) else []
 
 
 def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | None:

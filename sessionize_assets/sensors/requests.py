@@ -7,12 +7,14 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from datetime import date
+from typing import Any
 
 from dagster import (
     DagsterInstance,
     DagsterRun,
     DefaultSensorStatus,
     RunRequest,
+    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
@@ -30,7 +32,7 @@ _BACKFILLS = 20
 
 def pipeline_sensor(
     *, name: str, job_name: str, settings: Settings, description: str
-) -> Callable[[Callable[..., object]], object]:
+) -> Callable[[Callable[..., Any]], SensorDefinition]:
     """`@sensor` as every sensor of the pipeline is declared: running by default, ticking
     every `settings.sensor_minimum_interval_seconds`, launching `job_name`."""
     return sensor(

@@ -68,7 +68,7 @@ def event_attributes(properties: Any, context: Any) -> EventAttributes:
         page_host=url_host(url),
         referrer_host=url_host(referrer),
         campaign=(
-            tuple(_set(campaign, key) for key in CAMPAIGN_KEYS)  # type: ignore[arg-type]
+            _campaign([_set(campaign, key) for key in CAMPAIGN_KEYS])
             if isinstance(campaign, dict) and campaign
             else None
         ),
@@ -106,12 +106,18 @@ def url_campaign(url: str | None) -> Campaign:
     first: dict[str, str] = {}
     for name, value in parse_qsl(query, keep_blank_values=True):
         first.setdefault(name, value)
-    return tuple(first.get(name) or None for name in UTM_FIELDS)  # type: ignore[return-value]
+    return _campaign([first.get(name) or None for name in UTM_FIELDS])
 
 
 def _object(parent: dict[str, Any], key: str) -> dict[str, Any]:
     value = parent.get(key)
     return value if isinstance(value, dict) else {}
+
+
+def _campaign(values: list[str | None]) -> Campaign:
+    """The five campaign fields, in `Campaign`'s order, from a list of them in that order."""
+    source, medium, name, term, content = values
+    return (source, medium, name, term, content)
 
 
 def _set(parent: dict[str, Any], key: str) -> str | None:

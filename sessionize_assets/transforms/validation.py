@@ -320,6 +320,7 @@ def parse_lines(
         size > max_line_bytes,
         F.format_string("%d bytes, over the limit of %d bytes", size, F.lit(max_line_bytes)),
     )
+    # pandas ships no types (an Iterator[Any] function): no overload of pyspark's stub matches.
     parse = F.pandas_udf(parse_batches, returnType=schema)  # type: ignore[call-overload]
     checked = lines.select(
         "*", byte_reason.alias("_byte_reason"), byte_detail.alias("_byte_detail")

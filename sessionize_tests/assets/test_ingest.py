@@ -16,7 +16,7 @@ from dagster import AssetKey, DagsterInstance, instance_for_test
 from deltalake import DeltaTable
 
 from sessionize_assets.definitions import INGEST_JOB, build_definitions
-from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.settings import Settings
@@ -50,7 +50,7 @@ def ingest(settings: Settings, instance: DagsterInstance, day: date):
     result = job.execute_in_process(partition_key=day.isoformat(), instance=instance)
     assert result.success
     return {
-        event.asset_key.to_user_string(): {
+        event.materialization.asset_key.to_user_string(): {
             k: v.value for k, v in event.materialization.metadata.items()
         }
         for event in result.get_asset_materialization_events()
@@ -94,7 +94,7 @@ def message(mid: str, **changes: object) -> str:
 
 def test_generated_batch_lands_in_readable_delta_tables(settings, instance):
     generate_landing_zone(
-        out=settings.landing_dir, start=date(2026, 1, 3), days=3, users=40, seed=3
+        ZoneSpec(out=settings.landing_dir, start=date(2026, 1, 3), users=40, seed=3), days=3
     )
     day = date(2026, 1, 5)
     metadata = ingest(settings, instance, day)

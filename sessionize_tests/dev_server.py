@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -309,7 +309,7 @@ class DagsterDev:
                 {"key": node["assetKey"]},
             )["assetNodes"]
             if partitioned:
-                rows = zip(
+                rows: Iterable[tuple[Any, Any, Any]] = zip(
                     status["partitionKeys"],
                     status["staleStatusByPartition"],
                     status["staleCausesByPartition"],
