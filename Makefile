@@ -21,13 +21,13 @@ DEMO_SEED ?= 7
 DELTA_VERSION := 4.0.1
 DELTA_JARS_DIR := jars/delta
 DELTA_JARS_STAMP := $(DELTA_JARS_DIR)/.fetched-$(DELTA_VERSION)
-# Hadoop's S3 connector and the AWS SDK modules it calls, for a lake on S3 (README: Object
-# storage): the versions are in the pom, hadoop-aws's that of pyspark's own Hadoop jars.
+# Hadoop's S3 connector and the AWS SDK modules it calls, for a lake on S3
+# (docs/storage.md, Object storage): the versions are in the pom, hadoop-aws's that of pyspark's own Hadoop jars.
 S3A_POM := maven/s3a-connector.pom.xml
 S3A_JARS_DIR := jars/s3a
 S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
 # The class archive every driver JVM maps its classes from (Java's CDS): written at the exit of
-# a small replay, it halves the time a new JVM spends loading classes (README: Spark). Written
+# a small replay, it halves the time a new JVM spends loading classes (docs/spark.md). Written
 # again after an install (another pyspark is another class path).
 JVM_ARCHIVE := jars/spark-driver.jsa
 
@@ -65,7 +65,7 @@ jars: $(DELTA_JARS_STAMP) $(S3A_JARS_STAMP)
 $(DELTA_JARS_STAMP):
 	@command -v mvn >/dev/null || { \
 		echo "error: Maven (mvn) fetches the Delta Lake jars and was not found." >&2; \
-		echo "Install it (e.g. 'sudo apt-get install maven'), or see the README for" >&2; \
+		echo "Install it (e.g. 'sudo apt-get install maven'), or see docs/storage.md for" >&2; \
 		echo "spark.jars.packages, which has Spark fetch them when a session starts." >&2; \
 		exit 1; }
 	rm -rf $(DELTA_JARS_DIR)
@@ -138,7 +138,7 @@ demo-day: $(STAMP)
 		--start $(DEMO_START) --append-day --users $(DEMO_USERS) --seed $(DEMO_SEED)
 
 # `sessionize dev`: dagster dev, and a Spark Connect server its runs share (started before it,
-# stopped with it; its output in DAGSTER_HOME/spark-server.log). README: Spark.
+# stopped with it; its output in DAGSTER_HOME/spark-server.log). docs/spark.md.
 ui: java $(STAMP) $(JVM_ARCHIVE) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize dev -h 127.0.0.1 -p 3000
 

@@ -42,8 +42,9 @@ class Settings:
     # The lake's local folder: its tables (unless `lake_uri` names another place), and the
     # writer lock of the processes of this machine (`lake/writer_lock.py`).
     lake_dir: Path = Path("data/lake")
-    # The tables' location when they are on an object store (`s3a://bucket/lake`; README:
-    # Object storage). The delta-spark backend only: the embedded one commits by renaming.
+    # The tables' location when they are on an object store (`s3a://bucket/lake`;
+    # docs/storage.md, Object storage). The delta-spark backend only: the embedded one
+    # commits by renaming.
     lake_uri: str | None = None
     start_date: date = DEFAULT_START_DATE
     session_gap: timedelta = timedelta(minutes=30)

@@ -176,7 +176,7 @@ def test_late_session_corrects_the_lifecycle_from_its_day_on(pipeline):
     assert pipeline.lifecycle(day(0)) == {"new": (2, 2, 0)}
     assert pipeline.store.version(USER_LIFECYCLE_SNAPSHOT) == (version or 0) + 1  # one commit
     pipeline.assert_equals_full_recompute()
-    # The README's query for one day's states, run by delta-rs on the table as it is.
+    # docs/lifecycle.md's query for one day's states, run by delta-rs on the table as it is.
     table = DeltaTable(pipeline.store.uri(USER_LIFECYCLE_STATE))
     got = (
         QueryBuilder()

@@ -4,8 +4,8 @@ A `Location` names a table, or a file in it, the way Spark and delta-rs both tak
 absolute path, or the URI itself (`s3a://bucket/lake/events`). The driver reads the few files
 it reads itself (commit files, small tables) through pyarrow's file system for the scheme, so
 nothing on the driver assumes a POSIX file system. Credentials and endpoints come from the
-environment every engine reads (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, ...; README: Object
-storage).
+environment every engine reads (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, ...;
+docs/storage.md, Object storage).
 
 Spark names S3 `s3a://` (Hadoop's connector); delta-rs takes `s3a://` and `s3://` alike, and
 pyarrow only `s3://`, which is what `filesystem` hands it.
