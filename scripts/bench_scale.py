@@ -65,7 +65,8 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
-from sessionize_assets.replay import JOB_REPORTERS, QUIET, REPLAY_BATCH_TAG, BatchDriver
+from sessionize_assets.replay.driver import QUIET, REPLAY_BATCH_TAG, BatchDriver
+from sessionize_assets.replay.results import JOB_REPORTERS
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import DELTA_CONF, SparkResource, delta_jars
 from sessionize_assets.settings import LAKE_BACKENDS, Settings

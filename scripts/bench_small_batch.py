@@ -47,7 +47,8 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
-from sessionize_assets.replay import BatchOutcome, replay
+from sessionize_assets.replay.command import replay
+from sessionize_assets.replay.driver import BatchOutcome
 from sessionize_assets.settings import LAKE_BACKENDS, Settings
 from sessionize_assets.transforms.validation import parse_line
 

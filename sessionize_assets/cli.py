@@ -55,7 +55,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
-    from sessionize_assets.replay import replay
+    from sessionize_assets.replay.command import replay
 
     _quiet_dagster()
 

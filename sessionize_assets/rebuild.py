@@ -28,13 +28,9 @@ from sessionize_assets.definitions import (
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
-from sessionize_assets.replay import (
-    QUIET,
-    announce_daemon,
-    failed_checks,
-    flagged_partitions,
-    run_succeeded,
-)
+from sessionize_assets.replay.command import announce_daemon
+from sessionize_assets.replay.driver import QUIET
+from sessionize_assets.replay.results import failed_checks, flagged_partitions, run_succeeded
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.sensors.behind import latest_materialized_day
 from sessionize_assets.settings import Settings

@@ -407,7 +407,7 @@ def test_a_failed_check_fails_its_run_and_replay_names_it(spark, settings, store
     from dagster import instance_for_test
 
     from sessionize_assets.lake.tables import EVENTS
-    from sessionize_assets.replay import failed_checks, run_succeeded
+    from sessionize_assets.replay.results import failed_checks, run_succeeded
 
     at = datetime(2026, 1, 5, 12)
     row = {"event_id": "a", "user_id": "u", "event_ts": at, "event_date": D,

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.log_files import commit_actions, table_path
 from sessionize_assets.lake.tables import ALL_TABLES
-from sessionize_assets.replay import replay
+from sessionize_assets.replay.command import replay
 from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings
 from sessionize_tests.s3_server import s3_server, spark_credentials
 from sessionize_tests.test_replay import (

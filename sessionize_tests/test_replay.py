@@ -41,7 +41,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import PARTITION_TAG, RANGE_END, RANGE_START, days_between
 from sessionize_assets.pipeline.stitching import RELABEL_COMMIT
-from sessionize_assets.replay import replay
+from sessionize_assets.replay.command import replay
 from sessionize_assets.resources.lake import STORES
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.harness import assert_lifecycle_equals_full_recompute

@@ -17,7 +17,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from sessionize_assets.definitions import INGEST_JOB
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
-from sessionize_assets.replay import ReplayBusyError, replay, replay_lock
+from sessionize_assets.replay.command import ReplayBusyError, replay, replay_lock
 from sessionize_assets.run_health import UNFINISHED, unfinished_runs
 from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
 from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute

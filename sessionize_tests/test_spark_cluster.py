@@ -26,7 +26,7 @@ from dagster import instance_for_test
 from deltalake import DeltaTable
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
-from sessionize_assets.replay import replay
+from sessionize_assets.replay.command import replay
 from sessionize_assets.settings import LAKE_BACKENDS
 from sessionize_tests.conftest import DELTA_JARS_DIR, make_settings, run_sessionize
 from sessionize_tests.dev_server import free_port
