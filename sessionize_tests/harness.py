@@ -24,7 +24,8 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.lifecycle import OPEN_END, states_by_day
+from sessionize_assets.transforms.lifecycle import states_by_day
+from sessionize_assets.transforms.lifecycle_states import OPEN_END
 from sessionize_tests.driver import BatchRun, process_batch
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 from sessionize_tests.reference import (

@@ -22,7 +22,7 @@ from sessionize_assets.checks.rules import (
 )
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.tables import SESSIONS
-from sessionize_assets.transforms.lifecycle import STATES
+from sessionize_assets.transforms.lifecycle_states import STATES
 
 D = date(2026, 1, 5)
 

@@ -26,11 +26,12 @@ from sessionize_assets.checks.rules import snapshot_off_intervals, unbalanced_sn
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import previous_day_mapping
-from sessionize_assets.pipeline.lifecycle import LifecycleReport, update_lifecycle
+from sessionize_assets.pipeline.lifecycle import update_lifecycle
+from sessionize_assets.pipeline.lifecycle_bookkeeping import LifecycleReport
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs_on_demand
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.lifecycle import OPEN_END, STATES
+from sessionize_assets.transforms.lifecycle_states import OPEN_END, STATES, State
 
 TREND_DAYS = 14
 
@@ -213,7 +214,7 @@ def _checks(
     )
 
 
-def _day_markdown(day: date, figures: dict[str, tuple[int, int, int]]) -> str:
+def _day_markdown(day: date, figures: dict[State, tuple[int, int, int]]) -> str:
     lines = [f"**{day}**", "", "| state | users | entered | exited |", "|---|---:|---:|---:|"]
     lines += [f"| {s} | {u} | {e} | {x} |" for s, (u, e, x) in figures.items()]
     return "\n".join(lines)

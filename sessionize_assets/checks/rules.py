@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from sessionize_assets.transforms.lifecycle import STATES
+from sessionize_assets.transforms.lifecycle_states import STATES
 from sessionize_assets.transforms.validation import DEDUP
 
 _SAMPLE = 5

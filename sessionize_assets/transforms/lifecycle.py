@@ -20,16 +20,19 @@ from datetime import date, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, DateType, LongType, StringType, StructField, StructType
 
-STATES = ("new", "active", "inactive", "dormant", "churned")
-# valid_to of the stretch a user is in on the as-of day.
-OPEN_END = date(9999, 12, 31)
-# Idle days after the last session on which each idle state begins (SPEC §4).
-INACTIVE_AFTER, DORMANT_AFTER, CHURNED_AFTER = 1, 7, 30
+from sessionize_assets.transforms.lifecycle_states import (
+    IDLE_AFTER,
+    OPEN_END,
+    STATES,
+    State,
+    last_session_day,
+    last_session_on,
+)
 
 
 def _fields(*columns: tuple[str, DataType, str]) -> StructType:
@@ -58,25 +61,10 @@ Counts = Mapping[tuple[date, str], tuple[int, int, int]]  # (day, state) -> user
 Moves = Mapping[tuple[date, str], tuple[int, int]]  # (day, state) -> net entries, net exits
 
 
-def last_session_on(*, state: Column, valid_from: Column, day: Column) -> Column:
-    """The user's latest session day on or before `day`, for the stretch (state, valid_from)
-    that covers `day`: stretches are maximal, so an idle one began a fixed number of days
-    after that session."""
-    return (
-        F.when(state.isin("new", "active"), day)
-        .when(state == "inactive", F.date_sub(valid_from, INACTIVE_AFTER))
-        .when(state == "dormant", F.date_sub(valid_from, DORMANT_AFTER))
-        .otherwise(F.date_sub(valid_from, CHURNED_AFTER))
-    )
-
-
 ARROW_INTERVAL_SCHEMA = to_arrow_schema(INTERVAL_SCHEMA)
 # Arrow dates are days since 1970-01-01; the rules below work on those day numbers.
 _EPOCH = date(1970, 1, 1)
 _OPEN_END_DAY = (OPEN_END - _EPOCH).days
-# The idle states that follow a user's last session, each from its idle day (SPEC §4).
-_IDLE = ((INACTIVE_AFTER, "inactive"), (DORMANT_AFTER, "dormant"), (CHURNED_AFTER, "churned"))
-_IDLE_AFTER = {state: after for after, state in _IDLE}
 
 
 def _day_numbers(values: pa.ChunkedArray | pa.Array) -> list[int]:
@@ -147,34 +135,27 @@ def _stretches(
     if prior is not None:
         state, since = prior
         begins.append((since, state))
-        latest = _last_session_day(state=state, since=since, day=anchor - 1)
+        latest = last_session_day(state=state, since=since, day=anchor - 1)
 
     def idle_until(until: int) -> None:
         """The idle states that begin after `latest`, from the anchor, before `until`."""
         assert latest is not None
-        for after, state in _IDLE:
+        for state, after in IDLE_AFTER.items():
             if anchor <= latest + after < until:
                 begin(latest + after, state)
 
     for day in days:
         if latest is None:
-            begin(day, "new")
+            begin(day, State.NEW)
         else:
             idle_until(day)
-            begin(day, "active")
+            begin(day, State.ACTIVE)
         latest = day
     if latest is None:
         return []
     idle_until(last + 1)
     ends = [day - 1 for day, _ in begins[1:]] + [_OPEN_END_DAY]
     return [(state, day, end) for (day, state), end in zip(begins, ends, strict=True)]
-
-
-def _last_session_day(*, state: str, since: int, day: int) -> int:
-    """`last_session_on` for one stretch, on day numbers."""
-    if state in ("new", "active"):
-        return day
-    return since - _IDLE_AFTER[state]
 
 
 def snapshot_moves(signed: pa.Table) -> dict[tuple[date, str], tuple[int, int]]:

@@ -11,13 +11,12 @@ import pytest
 
 from sessionize_assets.transforms.lifecycle import (
     INTERVAL_SCHEMA,
-    OPEN_END,
-    STATES,
     corrected_snapshot,
     restate_intervals,
     snapshot_moves,
     states_by_day,
 )
+from sessionize_assets.transforms.lifecycle_states import OPEN_END, STATES
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 
 S = date(2026, 1, 1)
