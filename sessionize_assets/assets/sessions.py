@@ -29,12 +29,8 @@ from sessionize_assets.lake.tables import (
     USER_IDENTITIES,
 )
 from sessionize_assets.partitions import late_data_condition
-from sessionize_assets.pipeline.sessions import (
-    DateChanges,
-    SessionsReport,
-    session_definition,
-    update_sessions,
-)
+from sessionize_assets.pipeline.sessions import SessionsReport, session_definition, update_sessions
+from sessionize_assets.pipeline.sessions_diff import DateChanges
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings

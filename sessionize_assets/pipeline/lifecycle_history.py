@@ -20,7 +20,7 @@ from sessionize_assets.pipeline.lifecycle_bookkeeping import (
     IntervalCommit,
     LifecycleReport,
 )
-from sessionize_assets.pipeline.sessions import PAIR
+from sessionize_assets.pipeline.touched import PAIR
 from sessionize_assets.transforms.lifecycle import (
     INTERVAL_COLUMNS,
     INTERVAL_SCHEMA,

@@ -23,7 +23,7 @@ from sessionize_assets.pipeline.lifecycle_bookkeeping import (
     IntervalCommit,
     LifecycleReport,
 )
-from sessionize_assets.pipeline.sessions import PAIR
+from sessionize_assets.pipeline.touched import PAIR
 from sessionize_assets.pipeline.versions import signed_arrow
 from sessionize_assets.transforms.lifecycle import (
     ARROW_INTERVAL_SCHEMA,

@@ -1,0 +1,168 @@
+"""What a sessions run recomputes and what changed: its scope (whole dates and touched pairs),
+the one-job summary of the diff against the old rows, and the rows its commit drops and adds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from functools import cached_property
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.tables import SESSIONS
+from sessionize_assets.partitions import session_lookahead_days, session_lookback_days
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, pair_filter
+from sessionize_assets.pipeline.stitching import Relabel, relabelled_rows
+from sessionize_assets.pipeline.touched import PAIR, days_around_column
+from sessionize_assets.settings import Settings
+
+
+def rewritten(
+    spark: SparkSession,
+    sessions: DataFrame,
+    diff: DataFrame,
+    *,
+    changed_pairs: list[tuple[date, str]] | None,
+    relabel: Relabel,
+) -> tuple[Column | None, DataFrame | None, DataFrame]:
+    """What the sessions commit drops (a filter, or keys) and adds: the recomputed pairs whose
+    rows differ, and the relabelled pairs outside them. Few pairs are a filter in the
+    queries; many, a join (a broadcast job of its own)."""
+    relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
+    extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
+    dropped = None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
+    if changed_pairs is not None and dropped is not None and len(dropped) <= PUSHED_KEYS_TOTAL:
+        drop = _pair_filter(dropped)
+        new_rows = sessions.where(_pair_filter(changed_pairs))
+        return drop, None, new_rows if extra is None else new_rows.unionByName(extra)
+    keys = diff.select(*PAIR).distinct()
+    new_rows = sessions.join(keys, on=list(PAIR), how="left_semi")
+    if extra is None:
+        return None, keys, new_rows
+    extra = extra.join(keys, on=list(PAIR), how="left_anti")
+    relabelled_keys = spark.createDataFrame(relabel.pairs, "session_date date, user_id string")
+    return None, keys.unionByName(relabelled_keys).distinct(), new_rows.unionByName(extra)
+
+
+def event_dates_of(session_date: Column, settings: Settings) -> Column:
+    """`event_date`, one row per event date that decides the session date: what
+    `partitions.event_window` gives, computed in the query (a join with a table of dates made
+    on the driver would be a broadcast job of its own)."""
+    return days_around_column(
+        session_date,
+        before=session_lookback_days(settings),
+        after=session_lookahead_days(settings),
+    ).alias("event_date")
+
+
+def _pair_filter(pairs: Iterable[tuple[date, str]]) -> Column:
+    """Whether a row's (session_date, user_id) is one of `pairs` (`keyed_reads.pair_filter`)."""
+    return pair_filter(pairs, partition="session_date", key="user_id")
+
+
+@dataclass(frozen=True)
+class SessionsScope:
+    """What a run recomputes: every user on `whole` dates, and the touched (user, date) pairs
+    (`listed` holds them by date when they came to the driver)."""
+
+    whole: list[date]
+    pairs: DataFrame  # (user_id, session_date)
+    listed: dict[date, list[str]] | None
+
+    @cached_property
+    def rows_filter(self) -> Column | None:
+        """The scope as a filter in the query (a hash set) when its pairs came to the driver
+        and are few; None otherwise (a join then, a broadcast job of its own). Built once:
+        the run's reads, its sessions and its quarantine all take it."""
+        if self.listed is None or sum(map(len, self.listed.values())) > PUSHED_KEYS_TOTAL:
+            return None
+        keep = _pair_filter((day, user) for day, users in self.listed.items() for user in users)
+        return (keep | F.col("session_date").isin(self.whole)) if self.whole else keep
+
+    def within(self, rows: DataFrame) -> DataFrame:
+        keep = self.rows_filter
+        if keep is not None:
+            return rows.where(keep)
+        marked = rows.join(
+            F.broadcast(self.pairs.withColumn("_pair", F.lit(True))), on=list(PAIR), how="left"
+        )
+        keep = F.col("_pair").isNotNull()
+        if self.whole:
+            keep = keep | F.col("session_date").isin(self.whole)
+        return marked.where(keep).drop("_pair")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DateChanges:
+    """How one date's sessions changed in a run: a session both removed and added was
+    replaced; `users` are those with a changed session on the date."""
+
+    inserted: int
+    replaced: int
+    removed: int
+    users: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionsSummary:
+    """What a run computed, from one Spark job: how each date's sessions changed, the events
+    and users they were recomputed from, and the sessions flagged for quarantine."""
+
+    changes: dict[date, DateChanges]
+    # The (date, user) pairs with a changed session; None past PUSHED_KEYS_TOTAL of them.
+    changed_pairs: list[tuple[date, str]] | None
+    events_read: int
+    users_read: int
+    flagged: int
+
+
+def summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> SessionsSummary:
+    """Per session date with a changed row, how its sessions changed (`diff`), with what was
+    read (`events`) and flagged (`sessions`): three aggregates, collected in one Spark job."""
+    added, removed = F.col("added") == 1, F.col("removed") == 1
+    per_session = diff.groupBy("session_date", "session_id", "user_id").agg(
+        F.max((F.col("change") == "added").cast("int")).alias("added"),
+        F.max((F.col("change") == "removed").cast("int")).alias("removed"),
+    )
+    per_date = per_session.groupBy("session_date").agg(
+        F.count(F.when(added & ~removed, 1)).alias("inserted"),
+        F.count(F.when(added & removed, 1)).alias("replaced"),
+        F.count(F.when(~added & removed, 1)).alias("removed"),
+        F.countDistinct("user_id").alias("users"),
+        F.when(F.countDistinct("user_id") <= PUSHED_KEYS_TOTAL, F.collect_set("user_id")).alias(
+            "changed_users"
+        ),
+    )
+    read = events.agg(
+        F.count(F.lit(1)).alias("events_read"), F.countDistinct("user_id").alias("users_read")
+    )
+    flagged = sessions.where("is_quarantined").agg(F.count(F.lit(1)).alias("flagged"))
+    rows = (
+        per_date.unionByName(read, allowMissingColumns=True)
+        .unionByName(flagged, allowMissingColumns=True)
+        .collect()
+    )
+    figures = {
+        name: row[name]
+        for row in rows
+        for name in ("events_read", "users_read", "flagged")
+        if row[name] is not None
+    }
+    dated = [row for row in rows if row.session_date is not None]
+    pairs = [(row.session_date, user) for row in dated for user in row.changed_users or []]
+    whole = any(row.changed_users is None for row in dated) or len(pairs) > PUSHED_KEYS_TOTAL
+    changed_pairs = None if whole else pairs
+    return SessionsSummary(
+        changed_pairs=changed_pairs,
+        changes={
+            r.session_date: DateChanges(
+                inserted=r.inserted, replaced=r.replaced, removed=r.removed, users=r.users
+            )
+            for r in dated
+        },
+        events_read=figures.get("events_read", 0),
+        users_read=figures.get("users_read", 0),
+        flagged=figures.get("flagged", 0),
+    )
