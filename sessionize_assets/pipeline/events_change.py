@@ -1,0 +1,263 @@
+"""How an events run settles ids into a change: its copies read from raw, each contested id
+settled on the driver against every copy the id index holds (or, with `full_refresh`, every
+requested date replaced by its winners), as the rows to add and drop in `events` and
+`rejected_events`. The module docstring of `pipeline/events` states the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import date
+from functools import reduce
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.event_ids import (
+    Contested,
+    copies_of,
+    other_copies,
+)
+from sessionize_assets.pipeline.keyed_reads import isin_texts
+from sessionize_assets.pipeline.manifests import (
+    Inputs,
+)
+from sessionize_assets.transforms.events import (
+    COPY_KEY,
+    Contest,
+    Copy,
+    duplicate_rejections,
+    mark_winners,
+    raw_to_candidates,
+    rejection_keys,
+)
+
+# Recomputing dates from raw: up to this many losing copies are matched to the rows by
+# broadcast (about 60 bytes each); more are joined by shuffle.
+BROADCAST_LOSING_COPIES = 500_000
+
+
+def read_raw(store: DeltaStore, inputs: Inputs) -> DataFrame:
+    """The raw copies behind these inputs, in the shape of `events` plus the raw line."""
+    dates_of: dict[date, set[date]] = {}
+    for event_date, received_date in inputs:
+        dates_of.setdefault(received_date, set()).add(event_date)
+    raw = store.read(RAW_EVENTS, partitions=dates_of)
+    return raw_to_candidates(raw.where(_per_batch("event_date", dates_of)) if dates_of else raw)
+
+
+def _per_batch(column: str, values: dict[date, set]) -> Column:
+    """Rows whose `column` is one of the values listed for their batch: a filter, no join."""
+    return reduce(
+        lambda a, b: a | b,
+        (
+            (F.col("received_date") == received) & F.col(column).isin(sorted(wanted))
+            for received, wanted in sorted(values.items())
+        ),
+        F.lit(False),
+    )
+
+
+def _is_copy(copies: Collection[Copy]) -> Column:
+    """Rows (`event_id`, `received_date`) that are one of these copies: a filter, no join.
+    One copy per (id, batch) makes those two columns its key."""
+    ids_by_batch: dict[date, set[str]] = {}
+    for _, event_id, received_date in copies:
+        ids_by_batch.setdefault(received_date, set()).add(event_id)
+    return _per_batch("event_id", ids_by_batch)
+
+
+@dataclass(kw_only=True)
+class EventsChange:
+    """What one run commits: rows to add and keys to drop, in `events` and `rejected_events`."""
+
+    events_add: DataFrame  # rows in the shape of `events`
+    events_drop: list[Copy]
+    rejections_add: DataFrame | None  # rows in the shape of `rejected_events`
+    rejections_drop: list[Copy]  # duplicate rejections to remove, by copy
+    # Duplicate rejections removed whole: (batches, event dates) of the recomputed dates.
+    rejections_replaced: tuple[list[date], list[date]] | None = None
+    replace: bool = False  # `full_refresh`: the requested dates become `events_add` whole
+    dates_touched: set[date] = field(default_factory=set)  # known before the commit
+    contested: int = 0
+    added: int = 0
+    displaced: int = 0
+    promoted: int = 0
+    rejected: int = 0
+    persisted: list[DataFrame] = field(default_factory=list)
+
+    def release(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+
+
+def settle(
+    store: DeltaStore,
+    spark: SparkSession,
+    own: DataFrame,
+    *,
+    recompute: list[date],
+    involved: list[date],
+    new_rows: int,
+) -> EventsChange:
+    """The change that settles every id of `own` (this run's copies) and of the recomputed
+    dates against every copy of those ids (see the module docstring)."""
+    on_recomputed = F.col("event_date").isin(recompute)
+    mine = own.select(*COPY_KEY)
+    current = store.read(EVENTS, partitions=recompute)
+    if recompute:
+        # An id the recomputed dates hold but this run no longer has a copy of (it vanished
+        # with a re-delivered batch) is settled too: another copy of it may win now.
+        held = (
+            current.select("event_id")
+            .unionByName(
+                rejection_keys(store.read(REJECTED_EVENTS, partitions=involved))
+                .where(on_recomputed)
+                .select("event_id")
+            )
+            .join(mine, on="event_id", how="left_anti")
+            .select(
+                F.lit(None).cast("date").alias("event_date"),
+                "event_id",
+                F.lit(None).cast("date").alias("received_date"),
+            )
+        )
+        mine = mine.unionByName(held)
+    contest = _contest(store, other_copies(store, mine))
+    settled = contest.settle(recompute)
+
+    # This run's winners elsewhere than the recomputed dates: appended, all but those already
+    # there and those that lose.
+    kept_out = settled.lose | settled.present
+    appended = own.where(~on_recomputed)
+    if kept_out:
+        appended = appended.where(~_is_copy(kept_out))
+    foreign = sorted(settled.promote | (settled.reject - contest.own))
+    foreign_rows = _raw_copies(store, foreign).persist(StorageLevel.MEMORY_AND_DISK)
+    events_add = appended.unionByName(
+        foreign_rows.where(_is_copy(settled.promote)) if settled.promote else foreign_rows.limit(0)
+    ).select(*EVENTS.schema.fieldNames())
+    events_drop = set(settled.drop)
+    added = new_rows - len(kept_out & _not_on(contest.own, recompute)) + len(settled.promote)
+    if recompute:
+        # The recomputed dates hold their winners, row for row.
+        wanted = own.where(on_recomputed)
+        losing_here = settled.lose - _not_on(settled.lose, recompute)
+        if losing_here:
+            wanted = wanted.where(~_is_copy(losing_here))
+        wanted = wanted.select(*EVENTS.schema.fieldNames())
+        to_add = wanted.exceptAll(current)
+        to_drop = current.exceptAll(wanted)
+        diff = _collect_copies(drop=to_drop, add=to_add)
+        events_drop |= diff["drop"]
+        if diff["drop"]:
+            # A key is dropped with every row holding it: one both dropped and wanted (an
+            # extra copy of a row, left by writers that raced) is written again, once.
+            dropped = _is_copy(diff["drop"])
+            to_add = to_add.where(~dropped).unionByName(wanted.where(dropped))
+        events_add = events_add.unionByName(to_add)
+        added += len(diff["add"])
+    reject_rows = own.unionByName(foreign_rows).where(_is_copy(settled.reject))
+    return EventsChange(
+        events_add=events_add,
+        events_drop=sorted(events_drop),
+        rejections_add=duplicate_rejections(reject_rows) if settled.reject else None,
+        rejections_drop=sorted(settled.unreject),
+        rejections_replaced=(involved, recompute) if recompute else None,
+        dates_touched={d for d, _, _ in events_drop | settled.promote},
+        contested=len(contest.copies),
+        added=added,
+        displaced=len(settled.displace),
+        promoted=len(settled.promote),
+        rejected=len(settled.reject),
+        persisted=[foreign_rows],
+    )
+
+
+def _not_on(copies: set[Copy], dates: list[date]) -> set[Copy]:
+    excluded = set(dates)
+    return {c for c in copies if c[0] not in excluded}
+
+
+def _contest(store: DeltaStore, found: Contested) -> Contest:
+    """Where the contested ids' copies stand, read in one small Spark job over the dates and
+    batches they are in (none when no id is contested)."""
+    if not found.copies:
+        return Contest(copies={}, own=set(), in_events=set(), rejected=set())
+    ids = sorted(found.copies)
+    everywhere = [c for group in found.copies.values() for c in group]
+    standing = (
+        store.read(EVENTS, partitions={d for d, _, _ in everywhere})
+        .where(isin_texts(F.col("event_id"), ids))
+        .select(*COPY_KEY, F.lit("events").alias("_in"))
+        .unionByName(
+            rejection_keys(store.read(REJECTED_EVENTS, partitions={r for _, _, r in everywhere}))
+            .where(isin_texts(F.col("event_id"), ids))
+            .select(*COPY_KEY, F.lit("rejected").alias("_in"))
+        )
+        .collect()
+    )
+    where: dict[str, set[Copy]] = {"events": set(), "rejected": set()}
+    for row in standing:
+        where[row["_in"]].add((row["event_date"], row["event_id"], row["received_date"]))
+    return Contest(
+        copies=found.copies,
+        own=found.held,
+        in_events=where["events"],
+        rejected=where["rejected"],
+    )
+
+
+def _collect_copies(**frames: DataFrame) -> dict[str, set[Copy]]:
+    """The COPY_KEYs of several frames, brought to the driver in one Spark job, by name."""
+    tagged = [frame.select(*COPY_KEY, F.lit(name).alias("_kind")) for name, frame in frames.items()]
+    out: dict[str, set[Copy]] = {name: set() for name in frames}
+    for row in reduce(DataFrame.unionByName, tagged).collect():
+        out[row["_kind"]].add((row["event_date"], row["event_id"], row["received_date"]))
+    return out
+
+
+def keys_frame(spark: SparkSession, copies: list[Copy]) -> DataFrame:
+    """A small frame of COPY_KEY rows (what a commit drops by key)."""
+    return spark.createDataFrame(copies, "event_date date, event_id string, received_date date")
+
+
+def _raw_copies(store: DeltaStore, copies: list[Copy]) -> DataFrame:
+    """The raw rows (shape of `events` plus the line) of these copies, from their batches."""
+    raw = raw_to_candidates(store.read(RAW_EVENTS, partitions={r for _, _, r in copies}))
+    return raw.where(_is_copy(copies)) if copies else raw
+
+
+def replace_dates(
+    store: DeltaStore, own: DataFrame, *, dates: list[date], involved: list[date]
+) -> EventsChange:
+    """`full_refresh`: the requested dates hold exactly their winners, against every copy;
+    the duplicate rejections of those dates in the `involved` batches are written again."""
+    keep = StorageLevel.MEMORY_AND_DISK
+    ids = own.select("event_id").distinct().persist(keep)
+    index = copies_of(store, ids)
+    # Raw rows are wide and few copies lose: the losing keys are found on narrow columns and
+    # matched to the rows by broadcast when they fit, so the rows are not shuffled for it.
+    losing = (
+        mark_winners(index.rows)
+        .where(~F.col("wins") & F.col("event_date").isin(dates))
+        .select(*COPY_KEY)
+        .persist(keep)
+    )
+    lost = losing.count()
+    matched = F.broadcast(losing) if lost <= BROADCAST_LOSING_COPIES else losing
+    winners = own.join(matched, on=list(COPY_KEY), how="left_anti")
+    return EventsChange(
+        events_add=winners.select(*EVENTS.schema.fieldNames()),
+        events_drop=[],
+        rejections_add=duplicate_rejections(own.join(matched, on=list(COPY_KEY), how="left_semi")),
+        rejections_drop=[],
+        rejections_replaced=(sorted({*involved, *index.batches}), dates),
+        replace=True,
+        dates_touched=set(dates),
+        rejected=lost,
+        persisted=[ids, losing],
+    )
