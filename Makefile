@@ -21,8 +21,8 @@ DEMO_SEED ?= 7
 DELTA_VERSION := 4.0.1
 DELTA_JARS_DIR := jars/delta
 DELTA_JARS_STAMP := $(DELTA_JARS_DIR)/.fetched-$(DELTA_VERSION)
-# Hadoop's S3 connector and the AWS SDK modules it calls, for a lake on S3
-# (docs/storage.md, Object storage): the versions are in the pom, hadoop-aws's that of pyspark's own Hadoop jars.
+# Hadoop's S3 connector and the AWS SDK modules it calls, for a lake on S3 (docs/storage.md,
+# Object storage): the versions are in the pom, hadoop-aws's that of pyspark's own Hadoop jars.
 S3A_POM := maven/s3a-connector.pom.xml
 S3A_JARS_DIR := jars/s3a
 S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
@@ -138,7 +138,7 @@ demo-day: $(STAMP)
 		--start $(DEMO_START) --append-day --users $(DEMO_USERS) --seed $(DEMO_SEED)
 
 # `sessionize dev`: dagster dev, and a Spark Connect server its runs share (started before it,
-# stopped with it; its output in DAGSTER_HOME/spark-server.log). docs/spark.md.
+# stopped with it; its output in DAGSTER_HOME/spark-server.log). docs/spark-server.md.
 ui: java $(STAMP) $(JVM_ARCHIVE) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize dev -h 127.0.0.1 -p 3000
 

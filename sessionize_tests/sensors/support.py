@@ -6,6 +6,7 @@ import json
 
 from dagster import AssetMaterialization, SensorDefinition, build_sensor_context
 
+from sessionize_assets.definitions import EVENTS_JOB, INGEST_JOB, build_definitions
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 
 
@@ -42,3 +43,14 @@ def tick(sensor: SensorDefinition, defs, instance, *, cursor: str | None = None)
         instance=instance, resources=defs.resources, cursor=cursor
     ) as context:
         return sensor(context)
+
+
+def late_data_jobs(settings):
+    """The ingest and events jobs, and a tick of the late-data sensor for an instance."""
+    defs = build_definitions(settings, spark_ui=False)
+    sensor = defs.resolve_sensor_def("late_data_sensor")
+
+    def ticks(instance):
+        return lambda: tick(sensor, defs, instance)
+
+    return defs.resolve_job_def(INGEST_JOB), defs.resolve_job_def(EVENTS_JOB), ticks

@@ -11,30 +11,14 @@ from dagster import (
     instance_for_test,
 )
 
-from sessionize_assets.definitions import (
-    EVENTS_JOB,
-    INGEST_JOB,
-    build_definitions,
-)
-from sessionize_tests.sensors.support import land_batch, ranges, tick
-
-
-def _late_data(settings):
-    """The ingest and events jobs, and a tick of the late-data sensor for an instance."""
-    defs = build_definitions(settings, spark_ui=False)
-    sensor = defs.resolve_sensor_def("late_data_sensor")
-
-    def ticks(instance):
-        return lambda: tick(sensor, defs, instance)
-
-    return defs.resolve_job_def(INGEST_JOB), defs.resolve_job_def(EVENTS_JOB), ticks
+from sessionize_tests.sensors.support import land_batch, late_data_jobs, ranges
 
 
 def test_late_data_sensor_asks_for_every_event_date_behind_its_batches(settings):
     settings = settings.with_overrides(max_partitions_per_run=10)
     land_batch(settings, "2026-01-20", ["2026-01-20T08:00:00Z", "2026-01-19T08:00:00Z"])
     land_batch(settings, "2026-01-21", ["2026-01-21T08:00:00Z", "2026-01-02T08:00:00Z"])
-    ingest, events, ticks = _late_data(settings)
+    ingest, events, ticks = late_data_jobs(settings)
     with instance_for_test() as instance:
         tick = ticks(instance)
 
@@ -56,7 +40,7 @@ def test_a_failed_events_run_is_asked_for_again_after_a_backoff(settings):
     """Its dates stay behind in the lake's bookkeeping, whatever the run's metadata says."""
     settings = settings.with_overrides(retry_backoff=timedelta(seconds=2))
     land_batch(settings, "2026-01-20", ["2026-01-20T08:00:00Z", "2026-01-19T08:00:00Z"])
-    ingest, events, ticks = _late_data(settings)
+    ingest, events, ticks = late_data_jobs(settings)
     with instance_for_test() as instance:
         tick = ticks(instance)
 

@@ -10,24 +10,11 @@ from dagster import (
 )
 
 from sessionize_assets.definitions import (
-    EVENTS_JOB,
-    INGEST_JOB,
     SESSIONS_JOB,
     build_definitions,
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
-from sessionize_tests.sensors.support import land_batch, tick
-
-
-def _late_data(settings):
-    """The ingest and events jobs, and a tick of the late-data sensor for an instance."""
-    defs = build_definitions(settings, spark_ui=False)
-    sensor = defs.resolve_sensor_def("late_data_sensor")
-
-    def ticks(instance):
-        return lambda: tick(sensor, defs, instance)
-
-    return defs.resolve_job_def(INGEST_JOB), defs.resolve_job_def(EVENTS_JOB), ticks
+from sessionize_tests.sensors.support import land_batch, late_data_jobs, tick
 
 
 def test_the_stale_sessions_sensor_asks_for_automations_dates_and_heals_a_failed_run(settings):
@@ -37,7 +24,7 @@ def test_the_stale_sessions_sensor_asks_for_automations_dates_and_heals_a_failed
     sensor asks for them again, after a backoff once its own attempt has failed."""
     settings = settings.with_overrides(retry_backoff=timedelta(seconds=2))
     land_batch(settings, "2026-01-20", ["2026-01-20T08:00:00Z", "2026-01-20T08:10:00Z"])
-    ingest, events, ticks = _late_data(settings)
+    ingest, events, ticks = late_data_jobs(settings)
     defs = build_definitions(settings, spark_ui=False)
     sessions = defs.resolve_job_def(SESSIONS_JOB)
     sensor = defs.resolve_sensor_def("stale_sessions_sensor")
