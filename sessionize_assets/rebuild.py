@@ -15,6 +15,9 @@ from datetime import date
 
 from dagster import DagsterInstance
 
+from sessionize_assets.assets.reports import EventDateMetadata, SessionDateMetadata
+from sessionize_assets.assets.run_results import failed_checks, flagged_partitions, run_succeeded
+from sessionize_assets.batch_driver import QUIET
 from sessionize_assets.definitions import (
     LIFECYCLE_JOB,
     REBUILD_CONFIG,
@@ -26,13 +29,7 @@ from sessionize_assets.definitions import (
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
-from sessionize_assets.replay import (
-    QUIET,
-    announce_daemon,
-    failed_checks,
-    flagged_partitions,
-    run_succeeded,
-)
+from sessionize_assets.replay import announce_daemon
 from sessionize_assets.sensors import SNAPSHOT_KEY
 from sessionize_assets.settings import Settings
 
@@ -78,11 +75,10 @@ def rebuild(
         echo(f"rebuild run {result.run_id} failed: {why}")
         return False
 
-    echo(
-        f"recomputed {len(flagged_partitions(result, 'events', 'recomputed'))} event days and "
-        f"{len(flagged_partitions(result, 'sessions', 'recomputed'))} session days"
-    )
-    changed = flagged_partitions(result, "sessions", "changed")
+    events = flagged_partitions(result, EventDateMetadata, lambda m: m.recomputed)
+    sessions = flagged_partitions(result, SessionDateMetadata, lambda m: m.recomputed)
+    echo(f"recomputed {len(events)} event days and {len(sessions)} session days")
+    changed = flagged_partitions(result, SessionDateMetadata, lambda m: m.changed)
     echo(f"sessions changed on {len(changed)} days")
     received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]
     snapshot = [date.fromisoformat(k) for k in instance.get_materialized_partitions(SNAPSHOT_KEY)]

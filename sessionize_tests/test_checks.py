@@ -406,8 +406,8 @@ def test_a_failed_check_fails_its_run_and_replay_names_it(spark, settings, store
     """The invariant checks are blocking: a failed one fails its run, which replay names."""
     from dagster import instance_for_test
 
+    from sessionize_assets.assets.run_results import failed_checks, run_succeeded
     from sessionize_assets.lake.tables import EVENTS
-    from sessionize_assets.replay import failed_checks, run_succeeded
 
     at = datetime(2026, 1, 5, 12)
     row = {"event_id": "a", "user_id": "u", "event_ts": at, "event_date": D,

@@ -1,0 +1,309 @@
+"""Plays in process what the daemon does for a batch: one run ingests it, the late-data sensor
+asks for the event dates it touched, automation (and the stale-sessions sensor's lake
+bookkeeping) for the session dates they decide, the lifecycle sensor for the snapshot days;
+each evaluated as the daemon would, with its cursor kept between batches.
+
+`replay` drives a landing zone's batches through it, and the scale benchmark its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import date
+
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+    JobDefinition,
+    RunRequest,
+    SensorResult,
+    build_sensor_context,
+    evaluate_automation_conditions,
+)
+
+from sessionize_assets.assets.reports import (
+    EventDateMetadata,
+    RawBatchMetadata,
+    SessionDateMetadata,
+    SessionsRunMetadata,
+    SnapshotDayMetadata,
+)
+from sessionize_assets.assets.run_results import (
+    failed_checks,
+    first_error,
+    flagged_partitions,
+    reported,
+    run_succeeded,
+    spark_jobs,
+    step_figures,
+)
+from sessionize_assets.definitions import EVENTS_JOB, INGEST_JOB, LIFECYCLE_JOB, SESSIONS_JOB
+from sessionize_assets.lake.tables import SESSIONS
+from sessionize_assets.lake.writer_lock import lake_writer
+from sessionize_assets.partitions import RANGE_END, RANGE_START, contiguous_ranges
+from sessionize_assets.sensors import (
+    event_plans_behind,
+    lifecycle_catch_up,
+    sessions_behind,
+)
+from sessionize_assets.settings import Settings
+
+# The tag on every run of a replay, with the received day (first..last) of the batches it
+# processes.
+REPLAY_BATCH_TAG = "sessionize/replay_batch"
+# Progress lines are replay's output; the runs' own logs stay in the instance for the UI.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+_MAX_AUTOMATION_ROUNDS = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOutcome:
+    """What the runs of a batch (or of batches processed together) did, from what they
+    reported."""
+
+    # The first and last received day of the batches processed together (the same day for
+    # one batch); None: the catch-up with what the lake held behind.
+    received: tuple[date, date] | None
+    runs: int
+    succeeded: bool
+    # The job whose run failed, and the first line of its error (which names the file when
+    # a batch file cannot be read).
+    failed_job: str | None = None
+    error: str | None = None
+    lines: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    late_events: int = 0
+    event_dates_updated: int = 0
+    session_dates_updated: int = 0
+    users_recomputed: int = 0
+    pairs_recomputed: int = 0
+    lifecycle_days: int = 0
+    spark_jobs: int = 0  # over the batch's runs (each asset step and check reports its own)
+    seconds: float = 0.0
+
+
+def batch_label(received: tuple[date, date] | None) -> str:
+    """How the runs' tag and replay's lines name the batches received first..last (one day,
+    a range, or the catch-up with what the lake held behind)."""
+    if received is None:
+        return "catch-up"
+    first, last = received
+    return first.isoformat() if first == last else f"{first}..{last}"
+
+
+class SensorTicks:
+    """Evaluates one of the project's sensors as the daemon would, keeping its cursor."""
+
+    def __init__(self, defs: Definitions, instance: DagsterInstance, name: str) -> None:
+        self._defs = defs
+        self._instance = instance
+        self._sensor = defs.resolve_sensor_def(name)
+        self._cursor: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self._sensor.name
+
+    @property
+    def cursor(self) -> str | None:
+        return self._cursor
+
+    def tick(self) -> list[RunRequest]:
+        context = build_sensor_context(
+            instance=self._instance, definitions=self._defs, cursor=self._cursor
+        )
+        result = self._sensor(context)
+        if not isinstance(result, SensorResult):
+            return []
+        self._cursor = result.cursor
+        return list(result.run_requests or [])
+
+
+class AutomationTicks:
+    """Evaluates the declarative automation conditions as the daemon would, keeping its cursor.
+
+    Returns the requested `sessions` partitions; replay runs them as range runs, as the
+    backfill daemon does for a `BackfillPolicy.single_run()` asset.
+    """
+
+    def __init__(self, defs: Definitions, instance: DagsterInstance) -> None:
+        self._defs = defs
+        self._instance = instance
+        self._cursor = evaluate_automation_conditions(defs=defs, instance=instance).cursor
+
+    def tick(self) -> list[date]:
+        result = evaluate_automation_conditions(
+            defs=self._defs, instance=self._instance, cursor=self._cursor
+        )
+        self._cursor = result.cursor
+        keys = result.get_requested_partitions(AssetKey(SESSIONS.name))
+        return sorted(date.fromisoformat(key) for key in keys if key is not None)
+
+
+class BatchDriver:
+    """Plays what the daemon does for one batch: run, tick the sensors and automation, repeat.
+
+    Its sensor and automation cursors start where the instance is when it is created plus one
+    tick; `replay` and the scale benchmark drive batches through it.
+    """
+
+    def __init__(
+        self,
+        *,
+        defs: Definitions,
+        instance: DagsterInstance,
+        settings: Settings,
+        echo: Callable[[str], None] = print,
+    ) -> None:
+        self.instance = instance
+        self.settings = settings
+        self.echo = echo  # told whom a run waits for, when another writer holds the lake
+        self.ingest, self.events, self.sessions, self.lifecycle = (
+            defs.resolve_job_def(name)
+            for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB)
+        )
+        received_days, session_days = self.ingest.partitions_def, self.sessions.partitions_def
+        assert received_days is not None and session_days is not None  # both jobs are by day
+        self.received_days, self.session_days = received_days, session_days
+        self.late_data = SensorTicks(defs, instance, "late_data_sensor")
+        self.lifecycle_sensor = SensorTicks(defs, instance, "lifecycle_sensor")
+        self.automation = AutomationTicks(defs, instance)
+
+    def sensor_cursors(self) -> dict[str, str]:
+        ticks = (self.late_data, self.lifecycle_sensor)
+        return {t.name: t.cursor for t in ticks if t.cursor is not None}
+
+    def batches(self, first: date, last: date) -> BatchOutcome:
+        """Ingest the batches received `first`..`last` in one range run, then follow them
+        through to the snapshot together."""
+        return self._drive((first, last))
+
+    def catch_up(self) -> BatchOutcome | None:
+        """Follow through what the lake holds behind, with no new batch: the event dates
+        behind their batches, the session dates behind their events, the lifecycle behind
+        the sessions (a killed replay or a failed run leaves them so). None if nothing was."""
+        outcome = self._drive(None)
+        return outcome if outcome.runs else None
+
+    def _drive(self, received: tuple[date, date] | None) -> BatchOutcome:
+        started = time.monotonic()
+        # Replay retries by being run again; a daemon on the same instance must not re-run
+        # its runs behind it.
+        batch = batch_label(received)
+        tags = {REPLAY_BATCH_TAG: batch, "dagster/max_retries": "0"}
+        runs: list[ExecuteInProcessResult] = []
+
+        def run(
+            job: JobDefinition, first: str, last: str, extra: Mapping[str, str] | None = None
+        ) -> bool:
+            with lake_writer(
+                self.settings.lake_dir,
+                holder=f"sessionize replay ({job.name} {first}..{last}, batch {batch})",
+                on_wait=self.echo,
+            ):
+                runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
+            return run_succeeded(runs[-1])
+
+        ok, batches = True, list[RawBatchMetadata]()
+        if received is not None:
+            ok = run(self.ingest, received[0].isoformat(), received[1].isoformat())
+            batches = reported(runs[-1], RawBatchMetadata)
+        # Catching up, replay is the retry of what is behind: it asks the lake, with no backoff.
+        events_ranges = (
+            [
+                {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
+                for first, last in contiguous_ranges(
+                    sorted(event_plans_behind(self.settings)),
+                    max_days=self.settings.max_partitions_per_run,
+                )
+            ]
+            if received is None
+            else [request.tags for request in self.late_data.tick()]
+        )
+        for range_tags in events_ranges if ok else []:
+            ok = run(self.events, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
+            if not ok:
+                break
+        # Tick until nothing more is requested: a tick also records that the last runs handled
+        # their requests, which a new request in the same tick would otherwise be lost to.
+        # The stale_sessions_sensor's dates go with automation's: it asks for what automation
+        # asks for a tick later, and for what the lake says is behind (a run that failed or
+        # died before its manifest commit is not requested by automation again).
+        for _ in range(_MAX_AUTOMATION_ROUNDS):
+            requested = sorted({*self.automation.tick(), *self._stale_sessions()}) if ok else []
+            if not requested:
+                break
+            for first, last in contiguous_ranges(
+                requested, max_days=self.settings.max_partitions_per_run
+            ):
+                ok = run(self.sessions, first.isoformat(), last.isoformat())
+                if not ok:
+                    break
+        lifecycle_ranges: list[Mapping[str, str]]
+        if received is None:
+            span = lifecycle_catch_up(self.settings, self.instance)
+            lifecycle_ranges = (
+                [] if span is None else [{RANGE_START: str(span[0]), RANGE_END: str(span[1])}]
+            )
+        else:
+            lifecycle_ranges = [request.tags for request in self.lifecycle_sensor.tick()]
+        for range_tags in lifecycle_ranges if ok else []:
+            ok = run(self.lifecycle, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
+        failed = next((r for r in runs if not run_succeeded(r)), None)
+        sessions_figures = [f for r in runs for f in step_figures(r, SessionsRunMetadata)]
+        return BatchOutcome(
+            received=received,
+            runs=len(runs),
+            succeeded=ok,
+            failed_job=failed.job_def.name if failed else None,
+            error=(failed_checks(failed) or first_error(failed)) if failed else None,
+            lines=sum(batch.lines for batch in batches),
+            accepted=sum(batch.accepted for batch in batches),
+            rejected=sum(batch.rejected for batch in batches),
+            late_events=sum(batch.late_events for batch in batches),
+            event_dates_updated=sum(
+                len(flagged_partitions(r, EventDateMetadata, lambda m: m.updated)) for r in runs
+            ),
+            session_dates_updated=sum(
+                len(flagged_partitions(r, SessionDateMetadata, lambda m: m.updated)) for r in runs
+            ),
+            users_recomputed=sum(f.users_recomputed for f in sessions_figures),
+            pairs_recomputed=sum(f.pairs_recomputed for f in sessions_figures),
+            lifecycle_days=sum(
+                len(flagged_partitions(r, SnapshotDayMetadata, lambda m: m.rewritten)) for r in runs
+            ),
+            spark_jobs=sum(spark_jobs(r) for r in runs),
+            seconds=time.monotonic() - started,
+        )
+
+    def _stale_sessions(self) -> list[date]:
+        return list(sessions_behind(self.settings, self.instance, session_days=self.session_days))
+
+
+def _run(
+    job: JobDefinition,
+    first: str,
+    last: str,
+    instance: DagsterInstance,
+    tags: dict[str, str],
+) -> ExecuteInProcessResult:
+    """One run over the partitions first..last (a range run when they differ)."""
+    if first == last:
+        return job.execute_in_process(
+            partition_key=first,
+            instance=instance,
+            raise_on_error=False,
+            run_config=QUIET,
+            tags={k: v for k, v in tags.items() if k not in (RANGE_START, RANGE_END)},
+        )
+    return job.execute_in_process(
+        instance=instance,
+        raise_on_error=False,
+        run_config=QUIET,
+        tags={**tags, RANGE_START: first, RANGE_END: last},
+    )
