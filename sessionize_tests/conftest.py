@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from sessionize_assets.checks import scope as check_scope
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.pipeline import keyed_reads
+from sessionize_assets.pipeline import keyed_reads, sessions_diff
 from sessionize_assets.pipeline import sessions as sessions_pipeline
 from sessionize_assets.resources.spark import (
     DEFAULT_CONF,
@@ -194,7 +194,7 @@ def pair_placement(request, monkeypatch, pipeline: Pipeline) -> str:
     rules in every placement, under the same tests ("join": PUSHED_KEYS_TOTAL 0 forces the
     joins, and `driver_write_bytes` 0 has Spark find the keys and write the rows)."""
     if request.param == "join":
-        for module in (sessions_pipeline, keyed_reads, check_scope):
+        for module in (sessions_pipeline, sessions_diff, keyed_reads, check_scope):
             monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)
         pipeline.settings = replace(pipeline.settings, driver_write_bytes=0)
         pipeline.store = type(pipeline.store)(
