@@ -38,42 +38,27 @@ from sessionize_assets.lake.tables import (
     SESSIONS_MANIFEST,
     USER_IDENTITIES,
 )
-from sessionize_assets.partitions import (
-    event_window,
-)
+from sessionize_assets.partitions import event_window
 from sessionize_assets.pipeline.corrections import (
     diff_sessions,
     log_commit,
     log_unlogged_versions,
 )
 from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
-from sessionize_assets.pipeline.keyed_reads import (
-    PRUNING_PAIRS_LIMIT,
-    PUSHED_KEYS_TOTAL,
-    keys_by_partition,
-    read_by_keys,
-)
-from sessionize_assets.pipeline.manifests import (
-    SessionsProgress,
-    record_sessions_progress,
-    sessions_progress,
-)
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, read_by_keys
+from sessionize_assets.pipeline.manifests import record_sessions_progress
 from sessionize_assets.pipeline.sessions_diff import (
     DateChanges,
-    SessionsScope,
     event_dates_of,
     rewritten,
     summarise,
 )
+from sessionize_assets.pipeline.sessions_plan import SessionsPlan, plan_sessions
 from sessionize_assets.pipeline.stitching import (
     Relabel,
     RelabelReport,
     commit_relabel,
     plan_relabel,
-)
-from sessionize_assets.pipeline.touched import (
-    TouchedPairs,
-    touched_pairs,
 )
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.identities import stitch
@@ -137,10 +122,11 @@ def update_sessions(
     """Bring these sessions dates up to date with `events`, recomputing only what changed.
 
     The recipe: log what a killed run left unlogged and bring identities up to date; plan which
-    dates are recomputed whole and which (user, date) pairs elsewhere (`_plan`); read those
-    users' events (`_read_events`); recompute and stitch their sessions; commit the pairs whose
-    rows differ with their corrections (`_commit_sessions`) and the quarantine
-    (`_commit_quarantine`); record what each date has absorbed.
+    dates are recomputed whole and which (user, date) pairs elsewhere (`plan_sessions`); read
+    those users' events (`_read_events`); recompute and stitch their sessions
+    (`_recompute`); commit the pairs whose rows differ with their corrections
+    (`_commit_sessions`) and the quarantine (`_commit_quarantine`); record what each date has
+    absorbed (`_record_progress`).
     """
     dates = sorted(set(session_dates))
     report = SessionsReport(requested=dates)
@@ -154,28 +140,27 @@ def update_sessions(
     }
     relabel = plan_relabel(store)
     report.relabel = relabel.report
-    plan = _plan(store, spark, dates, settings=settings, full_refresh=full_refresh)
-    if plan is None or (not plan.scope.whole and not plan.pairs):
+    plan = plan_sessions(
+        store,
+        spark,
+        dates,
+        definition=session_definition(settings),
+        settings=settings,
+        full_refresh=full_refresh,
+    )
+    if plan is None or plan.recomputes_nothing:
         commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         if plan is not None:  # nothing in these dates' windows changed
             plan.scope.pairs.unpersist()
-            _record_progress(store, plan, plan.partial, run_id, read_at, report)
+            _record_progress(
+                store, plan, report, dates=plan.partial, run_id=run_id, read_at=read_at
+            )
         return report
     report.pairs_recomputed = plan.pairs
-    frames: list[DataFrame] = [plan.scope.pairs]
+    frames: list[DataFrame] = [plan.scope.pairs]  # persisted by the run: unpersisted at its end
     try:
         events = _read_events(store, plan, settings=settings, report=report, frames=frames)
-        sessions, quarantine = build_sessions(
-            events,
-            gap=settings.session_gap,
-            max_length=settings.max_session_length,
-            conversion_events=settings.conversion_events,
-            session_dates=plan.computed,
-        )
-        identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
-        stitched = stitch(plan.scope.within(sessions), identities)
-        sessions = stitched.persist(StorageLevel.MEMORY_AND_DISK)
-        frames.append(sessions)
+        sessions, quarantine = _recompute(store, plan, events, settings=settings, frames=frames)
         flagged = _commit_sessions(
             store,
             spark,
@@ -198,24 +183,9 @@ def update_sessions(
     finally:
         for frame in frames:
             frame.unpersist()
-    _record_progress(store, plan, plan.computed, run_id, read_at, report)
+    _record_progress(store, plan, report, dates=plan.computed, run_id=run_id, read_at=read_at)
     report.recomputed = plan.scope.whole
     return report
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Plan:
-    """Which sessions dates a run recomputes whole, which it brings up to date by the (user,
-    date) pairs touched since what they absorbed (`scope`), and the progress it records."""
-
-    scope: SessionsScope
-    partial: list[date]
-    pairs: int  # touched (user, date) pairs outside the whole dates
-    progress: SessionsProgress
-
-    @property
-    def computed(self) -> list[date]:
-        return sorted([*self.scope.whole, *self.partial])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,54 +197,9 @@ class _Commit:
     run_id: str
 
 
-def _plan(
-    store: DeltaStore,
-    spark: SparkSession,
-    dates: list[date],
-    *,
-    settings: Settings,
-    full_refresh: bool,
-) -> _Plan | None:
-    """The dates to recompute whole (never computed, another definition, `full_refresh`, or
-    their events history gone) and the pairs touched elsewhere; None before any events."""
-    events_version = store.version(EVENTS)
-    if events_version is None:
-        return None
-    definition = session_definition(settings)
-    progress = sessions_progress(store, partitions=dates)
-    whole = [
-        d
-        for d in dates
-        if full_refresh or d not in progress or progress[d].definition != definition
-    ]
-    partial = [d for d in dates if d not in whole and progress[d].events_version < events_version]
-    found = touched_pairs(
-        store, spark, {d: progress[d].events_version for d in partial}, events_version, settings
-    )
-    if found is None:  # the events history since then is gone: recompute those dates
-        whole, partial = sorted([*whole, *partial]), []
-        found = TouchedPairs.none(spark)
-    if not whole and not partial:
-        return None
-    touched = found.pairs.persist(StorageLevel.MEMORY_AND_DISK)
-    by_date = (
-        found.listed
-        if found.listed is not None
-        else keys_by_partition(
-            touched, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
-        )
-    )
-    return _Plan(
-        scope=SessionsScope(whole=whole, pairs=touched, listed=by_date),
-        partial=partial,
-        pairs=touched.count() if by_date is None else sum(map(len, by_date.values())),
-        progress=SessionsProgress(events_version=events_version, definition=definition),
-    )
-
-
 def _read_events(
     store: DeltaStore,
-    plan: _Plan,
+    plan: SessionsPlan,
     *,
     settings: Settings,
     report: SessionsReport,
@@ -319,10 +244,35 @@ def _read_events(
     return events
 
 
+def _recompute(
+    store: DeltaStore,
+    plan: SessionsPlan,
+    events: DataFrame,
+    *,
+    settings: Settings,
+    frames: list[DataFrame],
+) -> tuple[DataFrame, DataFrame]:
+    """The sessions of the plan's scope (whole dates and touched pairs) from `events`,
+    stitched with the identities as they are and persisted (in `frames`), and the quarantined
+    sessions."""
+    sessions, quarantine = build_sessions(
+        events,
+        gap=settings.session_gap,
+        max_length=settings.max_session_length,
+        conversion_events=settings.conversion_events,
+        session_dates=plan.computed,
+    )
+    identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
+    stitched = stitch(plan.scope.within(sessions), identities)
+    persisted = stitched.persist(StorageLevel.MEMORY_AND_DISK)
+    frames.append(persisted)
+    return persisted, quarantine
+
+
 def _commit_sessions(
     store: DeltaStore,
     spark: SparkSession,
-    plan: _Plan,
+    plan: SessionsPlan,
     *,
     events: DataFrame,
     sessions: DataFrame,
@@ -392,7 +342,7 @@ def _commit_sessions(
 
 
 def _commit_quarantine(
-    store: DeltaStore, plan: _Plan, quarantine: DataFrame, *, flagged: int, commit: _Commit
+    store: DeltaStore, plan: SessionsPlan, quarantine: DataFrame, *, flagged: int, commit: _Commit
 ) -> None:
     """Replace the quarantined sessions of the run's scope. Bots are rare: without quarantine
     rows before or after, there is nothing to write."""
@@ -415,18 +365,20 @@ def _commit_quarantine(
 
 def _record_progress(
     store: DeltaStore,
-    plan: _Plan,
-    updated: list[date],
+    plan: SessionsPlan,
+    report: SessionsReport,
+    *,
+    dates: list[date],
     run_id: str,
     read_at: Mapping[TableSpec, int],
-    report: SessionsReport,
 ) -> None:
-    """Record that `updated` absorbed the events version planned for, with its definition."""
+    """Record that `dates` absorbed the events version planned for, with its definition,
+    against the manifest version the run read."""
     record_sessions_progress(
         store,
-        partitions=updated,
+        partitions=dates,
         progress=plan.progress,
         run_id=run_id,
         read_version=read_at[SESSIONS_MANIFEST],
     )
-    report.updated = updated
+    report.updated = dates
