@@ -30,7 +30,7 @@ rejections already made.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -38,11 +38,9 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sessionize_assets.lake.store import CommitInfo, DeltaStore, empty_frame
+from sessionize_assets.lake.store import CommitInfo, DeltaStore, TableSpec, empty_frame
 from sessionize_assets.lake.tables import EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
-from sessionize_assets.pipeline.event_ids import (
-    index_missing_batches,
-)
+from sessionize_assets.pipeline.event_ids import index_missing_batches
 from sessionize_assets.pipeline.events_change import (
     EventsChange,
     keys_frame,
@@ -104,7 +102,7 @@ def update_events(
 
     The recipe: record what a killed run left unrecorded; plan each date's inputs (`_plan`);
     settle the new copies into a change (`events_change`); commit the rejections, then
-    `events`; record what each date absorbed; report.
+    `events` (`_commit_change`); record what each date absorbed; report (`_report_run`).
     """
     dates = sorted(set(event_dates))
     report = EventsReport(requested=dates)
@@ -136,22 +134,9 @@ def update_events(
         manifest = {d: work.available[d] for d in (*work.incremental, *work.recompute)}
         # A date outside the request keeps the inputs it absorbed, now held by this version.
         manifest |= absorbed_inputs(store, partitions=also_changed)
-        tags = {"dagster_run_id": run_id}
         try:
-            _commit_rejections(
-                store,
-                spark,
-                change,
-                tags={**tags, "table": REJECTED_EVENTS.name},
-                read_version=read_at[REJECTED_EVENTS],
-            )
-            commit = _commit_events(
-                store,
-                spark,
-                change,
-                dates=work.recompute,
-                tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
-                read_version=read_at[EVENTS],
+            commit = _commit_change(
+                store, spark, change, work, manifest=manifest, run_id=run_id, read_at=read_at
             )
         finally:
             change.release()
@@ -230,6 +215,37 @@ def _report_run(
     report.files_added = commit.files_added
     report.files_removed = commit.files_removed
     report.events_version = commit.version
+
+
+def _commit_change(
+    store: DeltaStore,
+    spark: SparkSession,
+    change: EventsChange,
+    work: _Work,
+    *,
+    manifest: Mapping[date, Inputs],
+    run_id: str,
+    read_at: Mapping[TableSpec, int],
+) -> CommitInfo:
+    """Commit the rejections, then `events`, whose commit names the inputs each date absorbed
+    (`manifest`): a run killed between the two is redone and finds its rejections made. Each
+    commit is made against the version the run read."""
+    tags = {"dagster_run_id": run_id}
+    _commit_rejections(
+        store,
+        spark,
+        change,
+        tags={**tags, "table": REJECTED_EVENTS.name},
+        read_version=read_at[REJECTED_EVENTS],
+    )
+    return _commit_events(
+        store,
+        spark,
+        change,
+        dates=work.recompute,
+        tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
+        read_version=read_at[EVENTS],
+    )
 
 
 def _commit_rejections(
