@@ -155,7 +155,7 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 			exit 1; \
 		fi; \
 	fi
-	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/python scripts/screenshot_ui.py \
+	SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/python -m scripts.screenshot_ui \
 		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT) \
 		$(foreach page,$(SCREENSHOT_PAGES),--page $(page))
 
@@ -175,7 +175,7 @@ bench-small: java jars $(STAMP)
 # `sessionize dev`, each run's wall next to the same batches in one process (`sessionize
 # replay`); --classic-daemon adds plain `dagster dev`, a JVM per run (docs/spark-server.md).
 bench-daemon: java $(STAMP) $(JVM_ARCHIVE)
-	$(BIN)/python scripts/bench_daemon.py $(BENCH_DAEMON_ARGS)
+	$(BIN)/python -m scripts.bench_daemon $(BENCH_DAEMON_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

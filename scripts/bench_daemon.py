@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import _table
 from dagster import DagsterInstance, RunsFilter
 
-from sessionize_assets.dev_server import DagsterDev, free_port, land_folder
 from sessionize_assets.generator import generate_landing_zone
+from sessionize_tests.dagster_dev import DagsterDev, free_port, land_folder
 
 START = date(2026, 1, 1)
 PROJECT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ the user's own); with `--instance project` it is the project's `dagster.yaml`. W
 is idle again the script compares every table with the plain-Python full recompute and lists
 the runs by job and status, the failed ones with their error, and what the rebuild said.
 
-    PYTHONPATH=. .venv/bin/python scripts/concurrent_writers.py --instance bare
-    PYTHONPATH=. .venv/bin/python scripts/concurrent_writers.py --instance project
+    .venv/bin/python -m scripts.concurrent_writers --instance bare
+    .venv/bin/python -m scripts.concurrent_writers --instance project
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
 
-from sessionize_assets.dev_server import DagsterDev, DevServerError
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.lake.log_files import read_small_table, table_path
 from sessionize_assets.lake.store import TableSpec
@@ -36,6 +35,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings, settings_environment
+from sessionize_tests.dagster_dev import DagsterDev, DevServerError
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 from sessionize_tests.test_dagster_dev import deliver

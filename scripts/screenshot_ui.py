@@ -1,7 +1,7 @@
 """Screenshot the Dagster UI's asset graph with headless Chromium, against a real `dagster dev`.
 
 Usage (after `make demo`, so the graph has history):
-    .venv/bin/python scripts/screenshot_ui.py --out /tmp/sessionize-assets.png
+    .venv/bin/python -m scripts.screenshot_ui --out /tmp/sessionize-assets.png
 
 It starts `dagster dev` on a free loopback port with the demo's DAGSTER_HOME, landing zone and
 lake, waits for the webserver and daemons, then drives headless Chromium over the DevTools
@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sessionize_assets.dev_server import DagsterDev
+from sessionize_tests.dagster_dev import DagsterDev
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

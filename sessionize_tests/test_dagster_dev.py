@@ -26,11 +26,11 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
-from sessionize_assets.dev_server import DagsterDev, free_port, land_folder
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.resources.spark import SERVER_TAG_MARK
 from sessionize_assets.settings import Settings
 from sessionize_tests.conftest import make_settings, run_sessionize, settings_environment
+from sessionize_tests.dagster_dev import DagsterDev, free_port, land_folder
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 

@@ -25,11 +25,11 @@ import pytest
 from dagster import instance_for_test
 from deltalake import DeltaTable
 
-from sessionize_assets.dev_server import free_port
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import replay
 from sessionize_assets.settings import LAKE_BACKENDS
 from sessionize_tests.conftest import DELTA_JARS_DIR, make_settings, run_sessionize
+from sessionize_tests.dagster_dev import free_port
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from sessionize_assets.dev_server import free_port
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.spark_server import running_server
 from sessionize_tests.conftest import (
@@ -27,6 +26,7 @@ from sessionize_tests.conftest import (
     run_sessionize,
     settings_environment,
 )
+from sessionize_tests.dagster_dev import free_port
 from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).

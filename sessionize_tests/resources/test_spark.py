@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from sessionize_assets.dev_server import free_port
 from sessionize_assets.resources.spark import (
     DRIVER_OPTIONS,
     SparkResource,
@@ -23,6 +22,7 @@ from sessionize_assets.resources.spark import (
 from sessionize_assets.settings import Settings
 from sessionize_assets.spark_server import server_command, server_conf, serves
 from sessionize_tests.conftest import JVM_CLASS_ARCHIVE
+from sessionize_tests.dagster_dev import free_port
 
 
 def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
