@@ -23,7 +23,6 @@ from sessionize_assets.spark_server import stop_process_group
 from sessionize_assets.workspace import CODE_LOCATION, workspace_yaml
 
 REPOSITORY = "__repository__"
-ASSET_JOB = "__ASSET_JOB"
 T = TypeVar("T")
 
 
@@ -45,6 +44,8 @@ def land_folder(source: Path, landing: Path) -> None:
 
 
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS's pick), for a server started next: another
+    process may take it in between, which the tests accept on a machine of their own."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -84,6 +85,9 @@ class DagsterDev:
         self.stop()
 
     def start(self, *, timeout: float = 120.0) -> None:
+        """Write the workspace (and a bare instance yaml when DAGSTER_HOME has none), start
+        `<program> dev`, and return once the webserver answers and every required daemon is
+        healthy; raise DevServerError if it exits or `timeout` seconds pass first."""
         self.dagster_home.mkdir(parents=True, exist_ok=True)
         instance_yaml = self.dagster_home / "dagster.yaml"
         if not instance_yaml.exists():
@@ -113,16 +117,20 @@ class DagsterDev:
         self.wait_for(self._daemons_healthy, timeout=timeout, what="webserver and daemons")
 
     def stop(self, *, timeout: float = 30.0) -> None:
+        """Stop the whole process tree (SIGTERM, then SIGKILL after `timeout`); idempotent."""
         if self._process is not None:
             stop_process_group(self._process, timeout=timeout)
         self._process = None
 
     def log_tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of the server's output, for an error message."""
         if not self.log_path.exists():
             return "(no output)"
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def graphql(self, query: str, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """POST `query` to the webserver; its `data`, or DevServerError on an HTTP error or
+        any GraphQL error (URLError when nothing listens yet)."""
         body = json.dumps({"query": query, "variables": dict(variables or {})}).encode()
         request = urllib.request.Request(
             f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
@@ -168,39 +176,6 @@ class DagsterDev:
 
     # The calls the UI makes.
 
-    def materialize(self, *, assets: list[str], partition: str) -> str:
-        """The asset page's Materialize button for one partition; returns the run id."""
-        data = self.graphql(
-            """
-            mutation Launch($params: ExecutionParams!) {
-              launchPipelineExecution(executionParams: $params) {
-                __typename
-                ... on LaunchRunSuccess { run { runId } }
-                ... on PythonError { message }
-                ... on InvalidSubsetError { message }
-                ... on RunConfigValidationInvalid { errors { message } }
-              }
-            }
-            """,
-            {
-                "params": {
-                    "selector": {
-                        "repositoryLocationName": CODE_LOCATION,
-                        "repositoryName": REPOSITORY,
-                        "pipelineName": ASSET_JOB,
-                        "assetSelection": [{"path": [key]} for key in assets],
-                        "assetCheckSelection": [],
-                    },
-                    "executionMetadata": {
-                        "tags": [{"key": "dagster/partition", "value": partition}]
-                    },
-                }
-            },
-        )["launchPipelineExecution"]
-        if data["__typename"] != "LaunchRunSuccess":
-            raise DevServerError(f"launching {assets} for {partition} failed: {data}")
-        return data["run"]["runId"]
-
     def launch_backfill(self, *, assets: list[str], partitions: list[str]) -> str:
         """The Materialize button with several partitions selected; returns the backfill id."""
         data = self.graphql(
@@ -227,6 +202,7 @@ class DagsterDev:
         return data["backfillId"]
 
     def backfill_status(self, backfill_id: str) -> str:
+        """The backfill's status as the Backfills page shows it (REQUESTED, COMPLETED, ...)."""
         data = self.graphql(
             """
             query Status($id: String!) {
@@ -308,12 +284,15 @@ class DagsterDev:
                 f"{{ {fields[partitioned]} }} }}",
                 {"key": node["assetKey"]},
             )["assetNodes"]
+            rows: list[tuple[str | None, str, list[dict[str, Any]]]]
             if partitioned:
-                rows = zip(
-                    status["partitionKeys"],
-                    status["staleStatusByPartition"],
-                    status["staleCausesByPartition"],
-                    strict=True,
+                rows = list(
+                    zip(
+                        status["partitionKeys"],
+                        status["staleStatusByPartition"],
+                        status["staleCausesByPartition"],
+                        strict=True,
+                    )
                 )
             else:
                 rows = [(None, status["staleStatus"], status["staleCauses"])]
@@ -330,6 +309,7 @@ class DagsterDev:
         return found
 
     def backfills(self) -> list[dict[str, Any]]:
+        """Every backfill with its id and status."""
         data = self.graphql(
             "{ partitionBackfillsOrError { ... on PartitionBackfills { results { id status } } } }"
         )["partitionBackfillsOrError"]
