@@ -86,7 +86,7 @@ $(S3A_JARS_STAMP): $(S3A_POM)
 jvm-archive: $(JVM_ARCHIVE)
 
 $(JVM_ARCHIVE): $(STAMP)
-	$(BIN)/python scripts/jvm_class_archive.py $@
+	$(BIN)/python -m scripts.jvm_class_archive $@
 
 $(VENV):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -166,16 +166,16 @@ BENCH_ARGS ?=
 BENCH_SMALL_ARGS ?=
 BENCH_DAEMON_ARGS ?=
 bench: bench-small bench-daemon
-	$(BIN)/python scripts/bench_scale.py $(BENCH_ARGS)
+	$(BIN)/python -m scripts.bench.scale $(BENCH_ARGS)
 
 bench-small: java jars $(STAMP)
-	$(BIN)/python scripts/bench_small_batch.py $(BENCH_SMALL_ARGS)
+	$(BIN)/python -m scripts.bench.small_batch $(BENCH_SMALL_ARGS)
 
 # The UI's path (about 10 minutes): batches of about 2,000 lines dropped one by one under
 # `sessionize dev`, each run's wall next to the same batches in one process (`sessionize
 # replay`); --classic-daemon adds plain `dagster dev`, a JVM per run (docs/spark-server.md).
 bench-daemon: java $(STAMP) $(JVM_ARCHIVE)
-	$(BIN)/python -m scripts.bench_daemon $(BENCH_DAEMON_ARGS)
+	$(BIN)/python -m scripts.bench.daemon $(BENCH_DAEMON_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

@@ -6,7 +6,7 @@ production Spark settings, the classes a run loads) with that option, waits unti
 exited and written it, and moves it into place. `spark_config` adds the archive to every driver
 JVM that starts afterwards (`class_archive_options`; `SESSIONIZE_JVM_CLASS_ARCHIVE`).
 
-    python scripts/jvm_class_archive.py jars/spark-driver.jsa
+    python -m scripts.jvm_class_archive jars/spark-driver.jsa
 """
 
 from __future__ import annotations

@@ -30,28 +30,27 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_scale import _quiet, _table, _write_sessions
 from dagster import DagsterInstance
-from pyspark.sql import SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
+from scripts.bench import START
+from scripts.bench.floors import bare_recompute
+from scripts.bench.printing import print_table, quiet
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_assets.replay import replay
+from sessionize_assets.resources.spark import SparkResource
 from sessionize_assets.settings import LAKE_BACKENDS, Settings
 from sessionize_assets.transforms.validation import parse_line
 
-START = date(2026, 1, 1)
+Number = TypeVar("Number", int, float)
 PHASES = ("spark jobs", "other JVM calls", "delta-rs", "Dagster events", "rest (Dagster, Python)")
 
 
@@ -64,8 +63,8 @@ class Meter:
     """
 
     def __init__(self) -> None:
-        self.seconds: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+        self.calls: defaultdict[str, int] = defaultdict(int)
         self._inside = False
         self._thread = threading.get_ident()
 
@@ -88,8 +87,16 @@ class Meter:
 
         setattr(owner, name, timed)
 
-    def snapshot(self) -> tuple[Counter[str], Counter[str]]:
-        return Counter(self.seconds), Counter(self.calls)
+    def snapshot(self) -> tuple[defaultdict[str, float], defaultdict[str, int]]:
+        """The seconds and calls by phase so far (copies: the meter goes on counting)."""
+        return defaultdict(float, self.seconds), defaultdict(int, self.calls)
+
+
+def _since(
+    later: defaultdict[str, Number], earlier: defaultdict[str, Number]
+) -> defaultdict[str, Number]:
+    """What a meter's totals grew by between two of its snapshots; a phase not seen reads 0."""
+    return defaultdict(later.default_factory, {k: v - earlier.get(k, 0) for k, v in later.items()})
 
 
 def install_meter() -> Meter:
@@ -126,40 +133,6 @@ def spark_job_seconds(event_log: Path, windows: list[tuple[float, float]]) -> li
     return [[d for s, d in jobs if first <= s < last] for first, last in windows]
 
 
-def bare_recompute(spark: SparkSession, landing: Path, settings: Settings, out: Path) -> float:
-    """The whole zone from its JSON lines with plain PySpark: valid lines, one copy per
-    messageId (the earliest received), sessions by window functions, Parquet by date."""
-    started = time.perf_counter()
-    schema = (
-        "messageId string, userId string, anonymousId string, timestamp string, receivedAt string"
-    )
-    lines = spark.read.text(str(landing / "received_date=*" / "*")).select(
-        F.from_json("value", schema).alias("m"),
-        F.to_date(
-            F.regexp_extract(F.input_file_name(), r"received_date=(\d{4}-\d{2}-\d{2})", 1)
-        ).alias("received_date"),
-    )
-    valid = (
-        lines.select(
-            F.col("m.messageId").alias("event_id"),
-            F.coalesce("m.userId", "m.anonymousId").alias("user_id"),
-            F.try_to_timestamp("m.timestamp").alias("event_ts"),
-            F.try_to_timestamp("m.receivedAt").alias("received_at"),
-            "received_date",
-        )
-        .where("event_id IS NOT NULL AND user_id IS NOT NULL")
-        .where("event_ts IS NOT NULL AND received_at IS NOT NULL")
-    )
-    first = Window.partitionBy("event_id").orderBy("received_date", "received_at")
-    events = (
-        valid.withColumn("copy", F.row_number().over(first))
-        .where("copy = 1")
-        .select("user_id", "event_id", F.unix_micros("event_ts").alias("t"))
-    )
-    _write_sessions(events, settings, out)
-    return time.perf_counter() - started
-
-
 def parse_seconds(landing: Path, day: date, settings: Settings) -> float:
     """Parsing one batch's lines with ingest's own Python function, on the driver."""
     import gzip
@@ -191,7 +164,7 @@ def main() -> None:
         "--conf", action="append", default=[], help="a Spark setting KEY=VALUE (repeatable)"
     )
     args = parser.parse_args()
-    _quiet()
+    quiet()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-small-"))
     shutil.rmtree(root / "lake", ignore_errors=True)
     shutil.rmtree(root / "dagster_home", ignore_errors=True)
@@ -239,17 +212,17 @@ def small_batch_figures(
         tempdir=str(root / "dagster_home"), overrides={"telemetry": {"enabled": False}}
     )
     meter = install_meter()
-    marks: list[tuple[float, Counter[str], Counter[str]]] = []
+    marks: list[tuple[float, defaultdict[str, float], defaultdict[str, int]]] = []
 
     def compile_seconds() -> float:
         """Spark's time compiling generated code so far (the JVM's, executors' too in local
         mode): a query whose literals differ compiles anew."""
-        try:
-            spark = SparkSession.getActiveSession()
-            codegen = spark._jvm.org.apache.spark.sql.catalyst.expressions.codegen  # type: ignore[union-attr]
-            return codegen.CodeGenerator.compileTime() / 1e9
-        except Exception:  # no session yet
+        spark = SparkSession.getActiveSession()
+        jvm = spark._jvm if spark is not None else None
+        if jvm is None:  # no session yet
             return 0.0
+        codegen = jvm.org.apache.spark.sql.catalyst.expressions.codegen
+        return codegen.CodeGenerator.compileTime() / 1e9
 
     def mark() -> None:
         seconds, calls = meter.snapshot()
@@ -267,7 +240,9 @@ def small_batch_figures(
         raise SystemExit(f"the replay failed: see {root / 'dagster_home'}")
     from sessionize_assets.definitions import build_resources
 
-    spark = build_resources(settings, spark_ui=False)["spark"].session()  # type: ignore[attr-defined]
+    spark_resource = build_resources(settings, spark_ui=False)["spark"]
+    assert isinstance(spark_resource, SparkResource)  # build_resources types its values object
+    spark = spark_resource.session()
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()  # flush the event log
     bare = [bare_recompute(spark, landing, settings, root / f"bare-{i}") for i in range(3)]
     batches = summary.batches
@@ -275,7 +250,7 @@ def small_batch_figures(
     jobs = spark_job_seconds(event_log, windows)
     rows = []
     for i, batch in enumerate(batches[1:], start=1):
-        seconds = marks[i + 1][1] - marks[i][1]
+        seconds = _since(marks[i + 1][1], marks[i][1])
         job_time = sum(jobs[i])
         phase = {
             "spark jobs": job_time,
@@ -284,38 +259,37 @@ def small_batch_figures(
             "Dagster events": seconds["Dagster events"],
         }
         phase["rest (Dagster, Python)"] = batch.seconds - sum(phase.values())
-        calls = marks[i + 1][2] - marks[i][2]
+        calls = _since(marks[i + 1][2], marks[i][2])
         phase["of which compiling generated code"] = seconds["compile"]
-        rows.append((batch, phase, len(jobs[i]), calls["jvm"], calls["Dagster events"]))
+        rows.append((batch, phase, (len(jobs[i]), calls["jvm"], calls["Dagster events"])))
     median_batch = statistics.median(b.seconds for b, *_ in rows)
     median_bare = statistics.median(bare)
     days = [b.received[0] for b, *_ in rows if b.received]
     parse = statistics.median(parse_seconds(landing, day, settings) for day in days)
     lines = statistics.median(b.lines for b, *_ in rows)
-    print()
-    print(f"machine: {os.cpu_count()} cores; zone {landing}: {len(batches)} batches")
-    print(
-        _table(
-            ["figure", "seconds"],
-            [
-                ["median batch after the first", f"{median_batch:.2f}"],
-                ["bare PySpark full recompute of the zone (warm)", f"{median_bare:.2f}"],
-                ["batch / full recompute", f"{median_batch / median_bare:.2f}x"],
-            ],
-        )
+    print_table(
+        f"machine: {os.cpu_count()} cores; zone {landing}: {len(batches)} batches",
+        ["figure", "seconds"],
+        [
+            ["median batch after the first", f"{median_batch:.2f}"],
+            ["bare PySpark full recompute of the zone (warm)", f"{median_bare:.2f}"],
+            ["batch / full recompute", f"{median_batch / median_bare:.2f}x"],
+        ],
     )
-    print()
-    print("the batch by phase, median over the batches after the first (seconds)")
-    table = [
+    by_phase = [
         [name, f"{statistics.median(p[name] for _, p, *_ in rows):.2f}"]
         for name in (*PHASES, "of which compiling generated code")
     ]
-    table += [
+    by_phase += [
         ["(Spark jobs; py4j round trips; Dagster events stored)", ""],
-        ["", " / ".join(f"{statistics.median(r[k] for r in rows):.0f}" for k in (2, 3, 4))],
+        ["", " / ".join(f"{statistics.median(r[2][k] for r in rows):.0f}" for k in range(3))],
         [f"parsing the batch's {lines:.0f} lines in Python (inside ingest's job)", f"{parse:.2f}"],
     ]
-    print(_table(["phase", "seconds"], table))
+    print_table(
+        "the batch by phase, median over the batches after the first (seconds)",
+        ["phase", "seconds"],
+        by_phase,
+    )
     return {"batch": median_batch, "bare": median_bare}
 
 

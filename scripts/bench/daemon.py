@@ -36,19 +36,17 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from datetime import date, timedelta
+from datetime import timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_scale import _table
 from dagster import DagsterInstance, RunsFilter
 
+from scripts.bench import START
+from scripts.bench.printing import print_table
 from sessionize_assets.generator import generate_landing_zone
 from sessionize_tests.dagster_dev import DagsterDev, free_port, land_folder
 
-START = date(2026, 1, 1)
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 # A batch's steps by the job that runs them: automation launches sessions as an asset job.
 STEPS = {
     "ingest_batch_job": "ingest",
@@ -250,11 +248,13 @@ def _report(passes: dict[str, dict], *, interval: int) -> None:
             ratio = f" ({median / reference:.2f}x)" if name != names[0] and reference else ""
             cells.append(f"{median:.2f}{ratio}")
         rows.append(cells)
-    print("\nmedian run wall per step's job, seconds (runs after each job's first):")
-    print(_table(["step", *names], rows))
+    print_table(
+        "median run wall per step's job, seconds (runs after each job's first):",
+        ["step", *names],
+        rows,
+    )
     replay_batch = _median_after_first(base["batches"])
     bound = 2 * replay_batch + TICKS_ON_THE_PATH * interval
-    print("\nmedian batch after the first, seconds:")
     rows = [["one process (sessionize replay), a batch's runs", f"{replay_batch:.1f}"]]
     for name in names[1:]:
         latency = _median_after_first(passes[name]["batches"])
@@ -265,7 +265,7 @@ def _report(passes: dict[str, dict], *, interval: int) -> None:
             f"{bound:.1f}",
         ]
     )
-    print(_table(["", "seconds"], rows))
+    print_table("median batch after the first, seconds:", ["", "seconds"], rows)
     for name in names[1:]:
         phases = passes[name]["phases"][1:] or passes[name]["phases"]
         medians = {k: statistics.median(p[k] for p in phases) for k in phases[0]}

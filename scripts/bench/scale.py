@@ -1,0 +1,267 @@
+"""Scale benchmark: what one daily batch costs against a full recompute, as history grows.
+
+For each lateness shape (`recent`: mostly 1-3 days late with a tail to months; `uniform`: late
+events spread evenly over the whole history) it generates a landing zone one batch at a time
+and grows a lake through the project's own Dagster jobs. At each history length it ingests the
+stretch of history as one range run, brings events, sessions and the snapshot up to date, and
+then processes the next daily batch end to end exactly as `sessionize replay` does (ingest ->
+late-data sensor -> events -> automation -> sessions -> lifecycle sensor -> snapshot), timing
+every step and reading what each step read and wrote from its materialization metadata. At the
+longest history it times a full recompute through `rebuild_job`, a sessions-only rebuild
+(`sessions_job` with `full_refresh`, what a new gap or cap needs), and two bare PySpark
+window-function sessionizations: from the accepted events (the sessions floor) and from
+`raw_events`, one copy per message id (the raw floor, the script a user would write).
+
+Each storage backend (`--backends`: embedded, delta-spark) grows a lake of its own from the
+same zones, one after the other, in one process and one Spark session (with the Delta jars
+when a backend needs them), so their figures stand side by side: the tables' first column is
+`backend:shape`. Everything is measured on the same data. It prints tables and asserts nothing.
+
+    make bench                          # 25,000 users, 180 days, 5% late (about 20 M events)
+    make bench BENCH_ARGS="--quick"     # 1,200 users, 40 days: a few minutes per backend
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import tempfile
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from dagster import DagsterInstance
+from pyspark.sql import SparkSession
+
+from scripts.bench import START
+from scripts.bench.floors import bare_sessionization, raw_sessionization
+from scripts.bench.printing import quiet, timed
+from scripts.bench.scale_report import BatchFigures, batch_figures, report, step_seconds
+from sessionize_assets.definitions import (
+    EVENTS_JOB,
+    INGEST_JOB,
+    LIFECYCLE_JOB,
+    REBUILD_CONFIG,
+    REBUILD_JOB,
+    SESSIONS_JOB,
+    SESSIONS_REBUILD_CONFIG,
+    build_definitions,
+)
+from sessionize_assets.generator import generate_landing_zone
+from sessionize_assets.lake.store import DeltaStore
+from sessionize_assets.lake.tables import (
+    BATCH_EVENT_DATES,
+    EVENTS,
+    SESSIONS,
+    USER_LIFECYCLE_SNAPSHOT,
+    USER_LIFECYCLE_STATE,
+)
+from sessionize_assets.partitions import RANGE_END, RANGE_START
+from sessionize_assets.replay import QUIET, BatchDriver
+from sessionize_assets.resources.spark import DELTA_CONF, delta_jars
+from sessionize_assets.settings import LAKE_BACKENDS, Settings
+
+DELTA_JARS_DIR = Path(__file__).resolve().parents[2] / "jars" / "delta"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=25_000)
+    parser.add_argument("--histories", default="30,90,180", help="history lengths in days")
+    parser.add_argument("--shapes", default="recent,uniform")
+    parser.add_argument("--backends", default=",".join(LAKE_BACKENDS), help="storage backends")
+    parser.add_argument("--late-share", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="1,200 users, 10/20/40 days")
+    parser.add_argument("--workdir", type=Path, help="keep the zones and lakes here")
+    parser.add_argument(
+        "--driver-memory", default="8g", help="spark.driver.memory (local mode: all of Spark)"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.users, args.histories = 1_200, "10,20,40"
+    histories = sorted(int(h) for h in args.histories.split(","))
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    quiet()
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        figures, recompute = [], {}
+        for backend in backends:
+            for shape in shapes:
+                batches, full = run_shape(
+                    root, shape=shape, backend=backend, backends=backends, args=args
+                )
+                figures += batches
+                recompute[f"{backend}:{shape}"] = full
+            # After each shape: a long run that is cut short still leaves its figures.
+            report(figures, recompute, histories=histories, users=args.users)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def run_shape(
+    root: Path, *, shape: str, backend: str, backends: list[str], args: argparse.Namespace
+) -> tuple[list[BatchFigures], dict[str, float]]:
+    histories = sorted(int(h) for h in args.histories.split(","))
+    days = histories[-1] + 1
+    zone_dir, zone = landing_zone(
+        root / "zones",
+        shape=shape,
+        users=args.users,
+        days=days,
+        late_share=args.late_share,
+        seed=args.seed,
+    )
+    print(f"  {zone['lines']:,} lines, {zone['valid']:,} valid events, {zone['late']:,} late")
+    work = root / f"{backend}-{shape}"
+    shutil.rmtree(work, ignore_errors=True)  # a fresh lake and instance on every run
+    # The bench's one session (the first backend's starts it) loads the Delta jars when any
+    # backend needs them, so every backend runs on the same session settings.
+    jars = {}
+    if "delta-spark" in backends:
+        jars = DELTA_CONF | {"spark.jars": ",".join(map(str, delta_jars(DELTA_JARS_DIR)))}
+    settings = Settings(
+        landing_dir=zone_dir,
+        lake_dir=work / "lake",
+        start_date=START,
+        spark_conf={"spark.driver.memory": args.driver_memory, **jars},
+        lake_backend=backend,
+        delta_jars_dir=DELTA_JARS_DIR,
+    )
+    label = f"{backend}:{shape}"
+    defs = build_definitions(settings, spark_ui=False)
+    (work / "dagster_home").mkdir(parents=True, exist_ok=True)
+    instance = DagsterInstance.local_temp(
+        tempdir=str(work / "dagster_home"), overrides={"telemetry": {"enabled": False}}
+    )
+    resources = defs.resources or {}
+    spark = resources["spark"].session()
+    store = resources["lake"].store()
+    figures = []
+    done = 0
+    for history in histories:
+        with timed(f"[{label}] history: days {done + 1}..{history} as range runs"):
+            _range(defs, instance, INGEST_JOB, START + timedelta(days=done), _day(history))
+            last_event = _last_event_date(store)
+            _range(defs, instance, EVENTS_JOB, START, last_event)
+            _range(defs, instance, SESSIONS_JOB, START, last_event)
+            _range(defs, instance, LIFECYCLE_JOB, START, _day(history))
+        driver = BatchDriver(defs=defs, instance=instance, settings=settings)
+        driver.late_data.tick()  # the cursors start after the history
+        driver.lifecycle_sensor.tick()
+        received = _day(history + 1)
+        with timed(f"[{label}] one daily batch ({received}) end to end"):
+            outcome = driver.batches(received, received)
+        if not outcome.succeeded:
+            raise SystemExit(f"batch {received} failed: see {work / 'dagster_home'}")
+        figures.append(batch_figures(instance, received, shape=label, history=history))
+        done = history + 1
+    full: dict[str, float] = {}
+    with timed(f"[{label}] full recompute through {REBUILD_JOB}"):
+        run = _range(
+            defs, instance, REBUILD_JOB, START, _last_event_date(store), config=REBUILD_CONFIG
+        )
+        full.update(step_seconds(instance, run))
+    with timed(f"[{label}] sessions-only rebuild ({SESSIONS_JOB}, full_refresh)"):
+        run = _range(
+            defs,
+            instance,
+            SESSIONS_JOB,
+            START,
+            _last_event_date(store),
+            config=SESSIONS_REBUILD_CONFIG,
+        )
+        full["sessions_rebuild"] = step_seconds(instance, run)["rebuild"]  # the whole run
+    with timed(f"[{label}] bare PySpark floors"):
+        full["floor"] = bare_sessionization(store, settings, work / "floor")
+        full["raw_floor"] = raw_sessionization(store, settings, work / "raw_floor")
+    full["events"] = float(sum(store.row_counts(EVENTS).values()))
+    full["sessions"] = float(sum(store.row_counts(SESSIONS).values()))
+    full["state_rows"] = float(sum(store.row_counts(USER_LIFECYCLE_STATE).values()))
+    # What one row per user per day would hold: the users with a state, summed over the days.
+    full["user_days"] = float(sum(store.read_arrow(USER_LIFECYCLE_SNAPSHOT)["users"].to_pylist()))
+    full["peak_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    full["peak_jvm_mb"] = _jvm_peak_mb(spark)
+    return figures, full
+
+
+def landing_zone(
+    zones: Path, *, shape: str, users: int, days: int, late_share: float, seed: int
+) -> tuple[Path, dict[str, int]]:
+    """The zone for these parameters, generated once and reused by later runs in one workdir.
+
+    Generating 20 M events takes about 20 minutes; a marker written last says it is complete.
+    """
+    out = zones / f"{shape}-{users}users-{days}days-late{late_share:g}-seed{seed}"
+    marker = out / "zone.json"
+    if marker.exists():
+        print(f"[{shape}] reusing the zone in {out}")
+        return out, json.loads(marker.read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    with timed(f"[{shape}] generating {days} days x {users} users"):
+        generated = generate_landing_zone(
+            out=out,
+            start=START,
+            days=days,
+            users=users,
+            seed=seed,
+            late_share=late_share,
+            late_shape=shape,
+            gzip_share=0.0,
+        )
+    figures = {
+        "lines": generated.lines,
+        "valid": generated.valid_events,
+        "late": generated.late_events,
+    }
+    marker.write_text(json.dumps(figures))
+    return out, figures
+
+
+def _day(n: int) -> date:
+    """The n-th received day, 1-based."""
+    return START + timedelta(days=n - 1)
+
+
+def _range(
+    defs: Any,
+    instance: DagsterInstance,
+    job_name: str,
+    first: date,
+    last: date,
+    *,
+    config: dict[str, Any] | None = None,
+) -> str:
+    job = defs.resolve_job_def(job_name)
+    result = job.execute_in_process(
+        instance=instance,
+        run_config={**QUIET, **(config or {})},
+        tags={RANGE_START: first.isoformat(), RANGE_END: last.isoformat()},
+        raise_on_error=True,
+    )
+    return result.run_id
+
+
+def _last_event_date(store: DeltaStore) -> date:
+    index = store.read_arrow(BATCH_EVENT_DATES)
+    return max(index.column("event_date").to_pylist())
+
+
+def _jvm_peak_mb(spark: SparkSession) -> float:
+    """VmHWM of the Spark driver JVM (in local mode it also runs the executors)."""
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    if proc is None:
+        return 0.0
+    for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+if __name__ == "__main__":
+    main()
