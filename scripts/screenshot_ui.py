@@ -43,10 +43,12 @@ class Page:
 
 PAGES = {
     # The lineage around sessions, four steps each way: raw -> events -> sessions -> lifecycle,
-    # with every asset drawn (the global graph starts with its groups collapsed).
+    # with every asset drawn (the global graph starts with its groups collapsed). Its nodes are
+    # drawn at once; a long name is cut in the middle ("user_lif…_snapshot"), so the page is
+    # ready when it shows the first asset's name, short enough to be drawn whole.
     "graph": Page(
         "/assets/sessions?view=lineage&lineageScope=neighbors&lineageDepth=4",
-        ready="user_lifecycle_snapshot",
+        ready="raw_events",
     ),
     "groups": Page("/asset-groups", ready="sessions"),
     "assets": Page("/assets", ready="sessions"),
