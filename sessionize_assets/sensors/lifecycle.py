@@ -47,14 +47,16 @@ def build_lifecycle_sensor(
     def lifecycle_sensor(
         context: SensorEvaluationContext, lake: LakeResource, landing: LandingZoneResource
     ) -> SensorResult | SkipReason:
+        going = runs_going(
+            context, job_names=(lifecycle_job_name, sessions_job_name), sessions=True
+        )
         # Each day is advanced from the day before: never two runs over the snapshot at once.
-        if runs_going(context, job_names=(lifecycle_job_name,)):
+        if any(run.job_name == lifecycle_job_name for run in going):
             return SkipReason("a lifecycle run is still going; waiting for it")
         # Sessions commit before they report which dates changed: a run started in between
         # would see the table ahead of its intervals but not the dates, and take a second run.
-        sessions = runs_going(context, job_names=(sessions_job_name,), sessions=True)
-        if sessions:
-            return SkipReason(f"a sessions run is going ({sessions[0].run_id}); waiting for it")
+        if going:
+            return SkipReason(f"a sessions run is going ({going[0].run_id}); waiting for it")
         cursor = json.loads(context.cursor) if context.cursor else {}
         reported: set[date] = set()
         changed: set[date] = set()

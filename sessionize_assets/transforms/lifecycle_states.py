@@ -46,8 +46,17 @@ def last_session_on(*, state: Column, valid_from: Column, day: Column) -> Column
     return latest
 
 
+# Days an idle state lasts before the next begins: None for the last, which never ends.
+_IDLE_DAYS: dict[State, int | None] = {
+    state: (following - after if following is not None else None)
+    for (state, after), following in zip(
+        IDLE_AFTER.items(), [*list(IDLE_AFTER.values())[1:], None], strict=True
+    )
+}
+
+
 def last_session_day(*, state: str, since: int, day: int) -> int:
-    """`last_session_on` for one stretch, on day numbers."""
+    """`last_session_on` for one stretch, on day numbers (a `State` is its stored string)."""
     return day if state in SESSION_STATES else since - IDLE_AFTER[State(state)]
 
 
@@ -56,9 +65,5 @@ def runs_out(*, state: str, since: date, previous_as_of: date) -> date:
     no session comes: the day before the next idle state begins (far future for the last)."""
     if state in SESSION_STATES:
         return previous_as_of
-    idle = list(IDLE_AFTER)
-    position = idle.index(State(state))
-    if position == len(idle) - 1:
-        return OPEN_END
-    following = idle[position + 1]
-    return since + timedelta(days=IDLE_AFTER[following] - IDLE_AFTER[idle[position]] - 1)
+    lasts = _IDLE_DAYS[State(state)]
+    return OPEN_END if lasts is None else since + timedelta(days=lasts - 1)
