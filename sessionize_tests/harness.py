@@ -12,6 +12,7 @@ from pyspark.sql import Row
 
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     EVENTS,
     LANDING_BATCHES,
@@ -44,7 +45,7 @@ def day(offset: int) -> date:
     return D + timedelta(days=offset)
 
 
-def intervals(store: EmbeddedDeltaStore) -> set[tuple]:
+def intervals(store: DeltaStore) -> set[tuple]:
     """user_lifecycle_state as (user, state, valid_from, valid_to), None for an open stretch."""
     return {
         (r.user_id, r.state, r.valid_from, None if r.valid_to == OPEN_END else r.valid_to)
@@ -53,7 +54,7 @@ def intervals(store: EmbeddedDeltaStore) -> set[tuple]:
 
 
 def assert_lifecycle_equals_full_recompute(
-    store: EmbeddedDeltaStore, *, start: date, session_days: list[tuple[str, date]]
+    store: DeltaStore, *, start: date, session_days: list[tuple[str, date]]
 ) -> None:
     """SPEC §4 from the start date through the latest batch: the intervals, each user's state
     on each day (the per-day view of the intervals), and the snapshot."""

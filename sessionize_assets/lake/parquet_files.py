@@ -56,7 +56,7 @@ def stage_arrow(spec: TableSpec, data: pa.Table, staging: Path) -> list[tuple[st
 
 
 def _layout(spec: TableSpec, rows: pa.Table) -> dict[str, Any]:
-    """The spec's Parquet settings as Spark's writer applies them (`embedded.parquet_options`):
+    """The spec's Parquet settings as Spark's writer applies them (`table_frames.parquet_options`):
     bloom filters sized for `bloom_filter_ndv` ids at Parquet's default 1% false positives,
     and row groups of about `row_group_bytes` (Arrow counts them in rows)."""
     layout: dict[str, Any] = {}

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 # The embedded backend collects a write whose plan Spark's optimizer estimates at most this
 # size (bytes of its inputs) with Arrow and writes it from the driver
-# (`Settings.driver_write_bytes`, `EmbeddedDeltaStore._stage`).
+# (`Settings.driver_write_bytes`, `DeltaRsTables._stage`).
 DEFAULT_DRIVER_WRITE_BYTES = 16 << 20
 
 # Spark reckons a source without statistics at `spark.sql.defaultSizeInBytes` (Long.MaxValue):

@@ -22,7 +22,7 @@ from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.resources.spark import SparkResource
 
 # The store of each backend (`settings.LAKE_BACKENDS`).
-STORES: dict[str, type[EmbeddedDeltaStore]] = {
+STORES: dict[str, type[EmbeddedDeltaStore] | type[DeltaSparkStore]] = {
     "embedded": EmbeddedDeltaStore,
     "delta-spark": DeltaSparkStore,
 }
