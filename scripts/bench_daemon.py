@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_scale import _table
+from bench_printing import table
 from dagster import DagsterInstance, RunsFilter
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
@@ -251,7 +251,7 @@ def _report(passes: dict[str, dict], *, interval: int) -> None:
             cells.append(f"{median:.2f}{ratio}")
         rows.append(cells)
     print("\nmedian run wall per step's job, seconds (runs after each job's first):")
-    print(_table(["step", *names], rows))
+    print(table(["step", *names], rows))
     replay_batch = _median_after_first(base["batches"])
     bound = 2 * replay_batch + TICKS_ON_THE_PATH * interval
     print("\nmedian batch after the first, seconds:")
@@ -265,7 +265,7 @@ def _report(passes: dict[str, dict], *, interval: int) -> None:
             f"{bound:.1f}",
         ]
     )
-    print(_table(["", "seconds"], rows))
+    print(table(["", "seconds"], rows))
     for name in names[1:]:
         phases = passes[name]["phases"][1:] or passes[name]["phases"]
         medians = {k: statistics.median(p[k] for p in phases) for k in phases[0]}

@@ -25,23 +25,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import resource
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench_floors import bare_sessionization, raw_sessionization
+from bench_printing import quiet
+from bench_scale_report import SNAPSHOT, STEPS, BatchFigures, report
 from dagster import DagsterInstance, RunsFilter
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from sessionize_assets.definitions import (
     EVENTS_JOB,
@@ -59,41 +57,18 @@ from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     BATCH_EVENT_DATES,
     EVENTS,
-    RAW_EVENTS,
     SESSIONS,
     USER_LIFECYCLE_SNAPSHOT,
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 from sessionize_assets.replay.driver import QUIET, REPLAY_BATCH_TAG, BatchDriver
-from sessionize_assets.replay.results import JOB_REPORTERS
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import DELTA_CONF, SparkResource, delta_jars
 from sessionize_assets.settings import LAKE_BACKENDS, Settings
 
 START = date(2026, 1, 1)
 DELTA_JARS_DIR = Path(__file__).resolve().parents[1] / "jars" / "delta"
-STEPS = (("ingest", INGEST_JOB), ("events", EVENTS_JOB), ("sessions", SESSIONS_JOB))
-SNAPSHOT = ("snapshot", LIFECYCLE_JOB)
-
-
-@dataclass(kw_only=True)
-class BatchFigures:
-    shape: str
-    history: int
-    seconds: dict[str, float] = field(default_factory=dict)
-    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def step(self, name: str) -> float:
-        return self.seconds.get(name, 0.0)
-
-    @property
-    def pipeline(self) -> float:
-        """ingest + events + sessions: what the per-batch targets are about."""
-        return sum(self.step(name) for name, _ in STEPS)
-
-    def value(self, asset: str, key: str) -> int:
-        return int(self.metadata.get(asset, {}).get(key, 0) or 0)
 
 
 def main() -> None:
@@ -115,7 +90,7 @@ def main() -> None:
     histories = sorted(int(h) for h in args.histories.split(","))
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    _quiet()
+    quiet()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -250,296 +225,6 @@ def landing_zone(
     return out, figures
 
 
-def bare_sessionization(
-    spark: SparkSession, store: DeltaStore, settings: Settings, out: Path
-) -> float:
-    """The sessions floor: sessions from the accepted events with plain window functions, no
-    increments (what a sessions-only rebuild is compared with)."""
-    started = time.perf_counter()
-    events = store.read(EVENTS).select("user_id", "event_id", F.unix_micros("event_ts").alias("t"))
-    _write_sessions(events, settings, out)
-    return time.perf_counter() - started
-
-
-def raw_sessionization(
-    spark: SparkSession, store: DeltaStore, settings: Settings, out: Path
-) -> float:
-    """The raw floor, the script a user would write: from `raw_events`, one copy per message
-    id (the earliest batch, then the earliest receivedAt: SPEC §2), then sessions as in the
-    sessions floor (what the full recompute is compared with)."""
-    started = time.perf_counter()
-    first = Window.partitionBy("message_id").orderBy("received_date", "received_at")
-    events = (
-        store.read(RAW_EVENTS)
-        .select("message_id", "user_id", "event_ts", "received_date", "received_at")
-        .withColumn("copy", F.row_number().over(first))
-        .where(F.col("copy") == 1)
-        .select(
-            "user_id", F.col("message_id").alias("event_id"), F.unix_micros("event_ts").alias("t")
-        )
-    )
-    _write_sessions(events, settings, out)
-    return time.perf_counter() - started
-
-
-def _write_sessions(events: DataFrame, settings: Settings, out: Path) -> None:
-    """Sessions (SPEC §3) of `events` (user_id, event_id, t in microseconds) with plain window
-    functions, written as Parquet by session date."""
-    gap_us = int(settings.session_gap.total_seconds() * 1_000_000)
-    cap_us = int(settings.max_session_length.total_seconds() * 1_000_000)
-    order = Window.partitionBy("user_id").orderBy("t", "event_id")
-    chains = events.withColumn(
-        "chain",
-        F.sum(((F.col("t") - F.lag("t").over(order)) > gap_us).cast("int"))
-        .over(order)
-        .cast("long"),
-    )
-    per_chain = Window.partitionBy("user_id", "chain")
-    sessions = (
-        chains.withColumn("start", F.min("t").over(per_chain))
-        .where(F.col("t") <= F.col("start") + cap_us)
-        .groupBy("user_id", "chain")
-        .agg(F.min("t").alias("start"), F.max("t").alias("end"), F.count("*").alias("events"))
-        .withColumn("session_date", F.to_date(F.timestamp_micros("start")))
-    )
-    sessions.write.mode("overwrite").partitionBy("session_date").parquet(str(out))
-
-
-def report(
-    figures: list[BatchFigures],
-    recompute: dict[str, dict[str, float]],
-    *,
-    histories: list[int],
-    users: int,
-) -> None:
-    print()
-    print(f"machine: {os.cpu_count()} cores; {users:,} users; histories {histories} days")
-    for shape, full in recompute.items():
-        print(
-            f"[{shape}] lake after {histories[-1] + 1} days: {full['events']:,.0f} events, "
-            f"{full['sessions']:,.0f} sessions; user_lifecycle_state {full['state_rows']:,.0f} "
-            f"interval rows, against {full['user_days']:,.0f} user-days "
-            f"({full['state_rows'] / max(full['user_days'], 1):.1%})"
-        )
-    print()
-    print("(a) full recompute and (b) floor, seconds: (b) sessions from events, (b2) from raw")
-    print(
-        _table(
-            [
-                "backend:shape",
-                "rebuild events",
-                "rebuild sessions",
-                "(a) rebuild",
-                "(b2) raw floor",
-                "(a)/(b2)",
-                "(a2) sessions only",
-                "(b) floor",
-                "(a2)/(b)",
-            ],
-            [
-                [
-                    shape,
-                    f"{full.get('events_step', 0):.1f}",
-                    f"{full.get('sessionize_step', 0):.1f}",
-                    f"{full['rebuild']:.1f}",
-                    f"{full['raw_floor']:.1f}",
-                    f"{full['rebuild'] / full['raw_floor']:.2f}",
-                    f"{full['sessions_rebuild']:.1f}",
-                    f"{full['floor']:.1f}",
-                    f"{full['sessions_rebuild'] / full['floor']:.2f}",
-                ]
-                for shape, full in recompute.items()
-            ],
-        )
-    )
-    print()
-    print("(c) one daily batch end to end through the Dagster definitions, seconds")
-    rows = []
-    for f in figures:
-        rebuild = recompute[f.shape]["rebuild"]
-        base = next(g for g in figures if g.shape == f.shape and g.history == histories[0])
-        rows.append(
-            [
-                f.shape,
-                str(f.history),
-                *(f"{f.step(name):.1f}" for name, _ in (*STEPS, SNAPSHOT)),
-                f"{f.pipeline:.1f}",
-                f"{100 * f.pipeline / rebuild:.1f}%",
-                f"{f.pipeline / base.pipeline:.2f}",
-                f"{f.step('snapshot') / max(f.step('events') + f.step('sessions'), 1e-9):.2f}",
-            ]
-        )
-    print(
-        _table(
-            [
-                "backend:shape",
-                "history",
-                "ingest",
-                "events",
-                "sessions",
-                "snapshot",
-                "i+e+s",
-                "of (a)",
-                f"vs {histories[0]}d",
-                "snap/(e+s)",
-            ],
-            rows,
-        )
-    )
-    print()
-    print("(c2) Spark jobs the batch's runs started, per step (each action is one)")
-    print(
-        _table(
-            [
-                "backend:shape",
-                "history",
-                "ingest",
-                "events",
-                "identities",
-                "sessions",
-                "snapshot",
-                "i+e+id+s",
-            ],
-            [
-                [
-                    f.shape,
-                    str(f.history),
-                    *(str(f.value(asset, "run_spark_jobs")) for asset in JOB_REPORTERS),
-                    str(sum(f.value(asset, "run_spark_jobs") for asset in JOB_REPORTERS[:-1])),
-                ]
-                for f in figures
-            ],
-        )
-    )
-    print()
-    print("(d) rows read and written by the batch, per table")
-    rows = []
-    for f in figures:
-        new_events = f.value("events", "run_new_events")
-        changed = sum(
-            f.value("sessions", k)
-            for k in ("sessions_inserted", "sessions_removed", "sessions_replaced")
-        )
-        written = f.value("events", "run_rows_written") + f.value("sessions", "run_rows_written")
-        rows.append(
-            [
-                f.shape,
-                str(f.history),
-                f"{f.value('raw_events', 'accepted'):,}",
-                f"{f.value('events', 'run_raw_rows_read'):,}",
-                f"{f.value('events', 'run_contested_ids'):,}",
-                f"{f.value('events', 'run_dates_also_changed')}",
-                f"{new_events:,}",
-                f"{f.value('events', 'run_rows_written'):,}",
-                f"{f.value('events', 'run_files_removed')}",
-                _looked_up(f, "sessions", "run_users_looked_up", "run_dates_searched_by_user"),
-                f"{f.value('sessions', 'run_events_rows_scanned'):,}",
-                f"{f.value('sessions', 'run_events_read'):,}",
-                f"{f.value('sessions', 'run_pairs_recomputed'):,}",
-                f"{changed:,}",
-                f"{f.value('sessions', 'run_rows_written'):,}",
-                f"{f.value('sessions', 'run_files_rewritten')}/"
-                f"{f.value('sessions', 'run_files_before')}",
-                f"{written / max(new_events + changed, 1):.2f}",
-            ]
-        )
-    print(
-        _table(
-            [
-                "backend:shape",
-                "history",
-                "batch events",
-                "raw read",
-                "contested ids",
-                "other dates changed",
-                "new events",
-                "events written",
-                "events files rewr.",
-                "sessions: users looked up",
-                "events rows scanned",
-                "events read",
-                "pairs",
-                "sessions changed",
-                "sessions written",
-                "sessions files rewr.",
-                "written/(new+changed)",
-            ],
-            rows,
-        )
-    )
-    print()
-    print("(f) the lifecycle step: users restated and changed, rows written against the bound")
-    print("    bound = 3 x (users whose state changed + 5 x snapshot days written)")
-    rows = []
-    for f in figures:
-        state = "user_lifecycle_state"
-        days = f.value(state, "run_snapshot_days_written")
-        changed_users = f.value(state, "run_users_changed")
-        logical = f.value(state, "run_interval_rows_added") + 5 * days
-        physical = f.value(state, "run_interval_rows_written") + 5 * days
-        bound = 3 * (changed_users + 5 * days)
-        rows.append(
-            [
-                f.shape,
-                str(f.history),
-                f"{f.step('snapshot'):.1f}",
-                f"{f.step('snapshot') / max(f.step('events') + f.step('sessions'), 1e-9):.2f}",
-                f"{days}",
-                f"{f.value(state, 'run_users_restated'):,}",
-                f"{changed_users:,}",
-                f"{f.value(state, 'run_interval_rows_removed'):,}",
-                f"{f.value(state, 'run_interval_rows_added'):,}",
-                f"{logical:,}",
-                f"{bound:,}",
-                f"{logical / max(bound, 1):.2f}",
-                f"{physical:,}",
-                f"{f.value(state, 'run_interval_files_rewritten')}",
-                f"{f.value(state, 'run_interval_rows'):,}",
-            ]
-        )
-    print(
-        _table(
-            [
-                "backend:shape",
-                "history",
-                "snapshot s",
-                "snap/(e+s)",
-                "days written",
-                "users restated",
-                "users changed",
-                "intervals removed",
-                "intervals added",
-                "rows written",
-                "bound",
-                "written/bound",
-                "rows in files written",
-                "interval files rewr.",
-                "interval rows",
-            ],
-            rows,
-        )
-    )
-    print()
-    print("(e) peak driver memory, MB")
-    print(
-        _table(
-            ["backend:shape", "python driver", "JVM (driver + local executors)"],
-            [
-                [shape, f"{full['peak_python_mb']:.0f}", f"{full['peak_jvm_mb']:.0f}"]
-                for shape, full in recompute.items()
-            ],
-        )
-    )
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _looked_up(f: BatchFigures, asset: str, keys: str, dates: str) -> str:
-    """Keys pushed down to Parquet, and over how many dates."""
-    return f"{f.value(asset, keys):,} in {f.value(asset, dates)}d"
-
-
 def _day(n: int) -> date:
     """The n-th received day, 1-based."""
     return START + timedelta(days=n - 1)
@@ -626,23 +311,6 @@ def _timed(label: str) -> Iterator[None]:
     started = time.perf_counter()
     yield
     print(f"  done in {time.perf_counter() - started:.1f}s", flush=True)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), rule, *map(line, rows)])
-
-
-def _quiet() -> None:
-    warnings.filterwarnings("ignore")
-    logging.getLogger("py4j").setLevel(logging.ERROR)
-    for name in ("dagster", "sessionize_assets"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 if __name__ == "__main__":

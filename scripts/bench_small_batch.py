@@ -41,10 +41,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_scale import _quiet, _table, _write_sessions
+from bench_floors import bare_recompute
+from bench_printing import quiet, table
 from dagster import DagsterInstance
-from pyspark.sql import SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.replay.command import replay
@@ -128,40 +128,6 @@ def spark_job_seconds(event_log: Path, windows: list[tuple[float, float]]) -> li
     return [[d for s, d in jobs if first <= s < last] for first, last in windows]
 
 
-def bare_recompute(spark: SparkSession, landing: Path, settings: Settings, out: Path) -> float:
-    """The whole zone from its JSON lines with plain PySpark: valid lines, one copy per
-    messageId (the earliest received), sessions by window functions, Parquet by date."""
-    started = time.perf_counter()
-    schema = (
-        "messageId string, userId string, anonymousId string, timestamp string, receivedAt string"
-    )
-    lines = spark.read.text(str(landing / "received_date=*" / "*")).select(
-        F.from_json("value", schema).alias("m"),
-        F.to_date(
-            F.regexp_extract(F.input_file_name(), r"received_date=(\d{4}-\d{2}-\d{2})", 1)
-        ).alias("received_date"),
-    )
-    valid = (
-        lines.select(
-            F.col("m.messageId").alias("event_id"),
-            F.coalesce("m.userId", "m.anonymousId").alias("user_id"),
-            F.try_to_timestamp("m.timestamp").alias("event_ts"),
-            F.try_to_timestamp("m.receivedAt").alias("received_at"),
-            "received_date",
-        )
-        .where("event_id IS NOT NULL AND user_id IS NOT NULL")
-        .where("event_ts IS NOT NULL AND received_at IS NOT NULL")
-    )
-    first = Window.partitionBy("event_id").orderBy("received_date", "received_at")
-    events = (
-        valid.withColumn("copy", F.row_number().over(first))
-        .where("copy = 1")
-        .select("user_id", "event_id", F.unix_micros("event_ts").alias("t"))
-    )
-    _write_sessions(events, settings, out)
-    return time.perf_counter() - started
-
-
 def parse_seconds(landing: Path, day: date, settings: Settings) -> float:
     """Parsing one batch's lines with ingest's own Python function, on the driver."""
     import gzip
@@ -193,7 +159,7 @@ def main() -> None:
         "--conf", action="append", default=[], help="a Spark setting KEY=VALUE (repeatable)"
     )
     args = parser.parse_args()
-    _quiet()
+    quiet()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-small-"))
     shutil.rmtree(root / "lake", ignore_errors=True)
     shutil.rmtree(root / "dagster_home", ignore_errors=True)
@@ -299,7 +265,7 @@ def small_batch_figures(
     print()
     print(f"machine: {os.cpu_count()} cores; zone {landing}: {len(batches)} batches")
     print(
-        _table(
+        table(
             ["figure", "seconds"],
             [
                 ["median batch after the first", f"{median_batch:.2f}"],
@@ -310,17 +276,17 @@ def small_batch_figures(
     )
     print()
     print("the batch by phase, median over the batches after the first (seconds)")
-    table = [
+    phases = [
         [name, f"{statistics.median(p[name] for _, p, *_ in rows):.2f}"]
         for name in (*PHASES, "of which compiling generated code")
     ]
     counts = [[r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows]]
-    table += [
+    phases += [
         ["(Spark jobs; py4j round trips; Dagster events stored)", ""],
         ["", " / ".join(f"{statistics.median(count):.0f}" for count in counts)],
         [f"parsing the batch's {lines:.0f} lines in Python (inside ingest's job)", f"{parse:.2f}"],
     ]
-    print(_table(["phase", "seconds"], table))
+    print(table(["phase", "seconds"], phases))
     return {"batch": median_batch, "bare": median_bare}
 
 
