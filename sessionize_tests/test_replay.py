@@ -385,17 +385,27 @@ def test_rebuild_from_raw_changes_nothing(replayed, spark):
     and says so."""
     from sessionize_assets.lake.tables import SESSION_CHANGES
     from sessionize_assets.rebuild import rebuild
-    from sessionize_tests.lake.test_writer_lock import hold_in_another_process
+    from sessionize_tests.lake.test_writer_lock import hold_in_another_process, let_go
 
     settings = replayed[0]
     store = EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)
     logged = store.read(SESSION_CHANGES).count()
     lines: list[str] = []
+    # The other writer holds the lock until the rebuild says it waits for it (at most a
+    # minute), however slow the machine is to get there.
     other = hold_in_another_process(
-        settings.lake_dir, holder="run 1234 of sessions_job (sessions)", seconds=2
+        settings.lake_dir, holder="run 1234 of sessions_job (sessions)", seconds=60
     )
+
+    def echo(line: str) -> None:
+        if line.startswith("waiting for the lake") and not any(
+            earlier.startswith("waiting for the lake") for earlier in lines
+        ):
+            let_go(other)
+        lines.append(line)
+
     with instance_for_test() as instance:
-        assert rebuild(settings=settings, instance=instance, echo=lines.append)
+        assert rebuild(settings=settings, instance=instance, echo=echo)
     other.wait()
     waits = [line for line in lines if line.startswith("waiting for the lake")]
     assert waits and "run 1234 of sessions_job (sessions) (pid" in waits[0]

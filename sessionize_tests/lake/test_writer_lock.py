@@ -13,24 +13,33 @@ from pathlib import Path
 from sessionize_assets.lake.writer_lock import holder_of, lake_writer
 
 HOLD = """
-import sys, time
+import select, sys
 from pathlib import Path
 from sessionize_assets.lake.writer_lock import lake_writer
 with lake_writer(Path(sys.argv[1]), holder=sys.argv[2], on_wait=print):
     print("held", flush=True)
-    time.sleep(float(sys.argv[3]))
+    select.select([sys.stdin], [], [], float(sys.argv[3]))
 """
 
 
 def hold_in_another_process(lake: Path, *, holder: str, seconds: float) -> subprocess.Popen:
-    """A process that holds the lake's writer lock for `seconds`, once it has it."""
+    """A process that holds the lake's writer lock, once it has it, for `seconds` or until
+    `let_go` tells it to."""
     process = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(lake), holder, str(seconds)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "held"
     return process
+
+
+def let_go(process: subprocess.Popen) -> None:
+    """Tell a process of `hold_in_another_process` to let the lock go now."""
+    assert process.stdin is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()
 
 
 def test_a_writer_waits_for_another_process_and_says_who_holds_the_lake(tmp_path):
