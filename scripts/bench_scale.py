@@ -274,13 +274,7 @@ def _batch_figures(
             # Each partition carries its own figures, and a range run's `run_*` figures are on
             # one partition only: summing over the materializations counts everything once.
             materialization = event.step_materialization_data.materialization
-            values = {k: v.value for k, v in materialization.metadata.items()}
-            merged = figures.metadata.setdefault(key, {})
-            for k, v in values.items():
-                if isinstance(v, int | float) and isinstance(merged.get(k), int | float):
-                    merged[k] += v
-                else:
-                    merged.setdefault(k, v)
+            figures.metadata.setdefault(key, []).append(dict(materialization.metadata))
     return figures
 
 

@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from bench_printing import table
 
+from sessionize_assets.assets.reports import (
+    STEP_FIGURES,
+    AssetRecord,
+    EventsRunMetadata,
+    LifecycleRunMetadata,
+    RawBatchMetadata,
+    SessionsChangedMetadata,
+    SessionsRunMetadata,
+    StepFigures,
+)
 from sessionize_assets.definitions import (
     EVENTS_JOB,
     INGEST_JOB,
     LIFECYCLE_JOB,
     SESSIONS_JOB,
 )
-from sessionize_assets.replay.results import JOB_REPORTERS
 
 STEPS = (("ingest", INGEST_JOB), ("events", EVENTS_JOB), ("sessions", SESSIONS_JOB))
 SNAPSHOT = ("snapshot", LIFECYCLE_JOB)
+StepT = TypeVar("StepT", bound=StepFigures)
+RecordT = TypeVar("RecordT", bound=AssetRecord)
 
 
 @dataclass(kw_only=True)
@@ -25,7 +37,8 @@ class BatchFigures:
     shape: str
     history: int
     seconds: dict[str, float] = field(default_factory=dict)
-    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The metadata of each materialization of the batch's runs, by asset.
+    metadata: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def step(self, name: str) -> float:
         return self.seconds.get(name, 0.0)
@@ -35,8 +48,21 @@ class BatchFigures:
         """ingest + events + sessions: what the per-batch targets are about."""
         return sum(self.step(name) for name, _ in STEPS)
 
-    def value(self, asset: str, key: str) -> int:
-        return int(self.metadata.get(asset, {}).get(key, 0) or 0)
+    def run(self, figures: type[StepT]) -> StepT:
+        """A step's figures summed over the batch's runs of it (zeros when none ran): each
+        range run reports them on one of its materializations only."""
+        found = [
+            r for m in self.metadata.get(figures.table.name, []) if (r := figures.in_metadata(m))
+        ]
+        return figures(
+            **{x.name: sum(getattr(r, x.name) or 0 for r in found) for x in fields(figures)}
+        )
+
+    def total(self, record: type[RecordT], figure: Callable[[RecordT], int]) -> int:
+        """A partition's figure summed over the batch's materializations of `record`'s table."""
+        return sum(
+            figure(record.from_metadata(m)) for m in self.metadata.get(record.table.name, [])
+        )
 
 
 def report(
@@ -138,8 +164,8 @@ def report(
                 [
                     f.shape,
                     str(f.history),
-                    *(str(f.value(asset, "run_spark_jobs")) for asset in JOB_REPORTERS),
-                    str(sum(f.value(asset, "run_spark_jobs") for asset in JOB_REPORTERS[:-1])),
+                    *(str(f.run(step).spark_jobs) for step in STEP_FIGURES),
+                    str(sum(f.run(step).spark_jobs or 0 for step in STEP_FIGURES[:-1])),
                 ]
                 for f in figures
             ],
@@ -149,31 +175,31 @@ def report(
     print("(d) rows read and written by the batch, per table")
     rows = []
     for f in figures:
-        new_events = f.value("events", "run_new_events")
-        changed = sum(
-            f.value("sessions", k)
-            for k in ("sessions_inserted", "sessions_removed", "sessions_replaced")
+        events, sessions = f.run(EventsRunMetadata), f.run(SessionsRunMetadata)
+        new_events = events.new_events
+        changed = f.total(
+            SessionsChangedMetadata,
+            lambda m: m.sessions_inserted + m.sessions_removed + m.sessions_replaced,
         )
-        written = f.value("events", "run_rows_written") + f.value("sessions", "run_rows_written")
+        written = events.rows_written + sessions.rows_written
         rows.append(
             [
                 f.shape,
                 str(f.history),
-                f"{f.value('raw_events', 'accepted'):,}",
-                f"{f.value('events', 'run_raw_rows_read'):,}",
-                f"{f.value('events', 'run_contested_ids'):,}",
-                f"{f.value('events', 'run_dates_also_changed')}",
+                f"{f.total(RawBatchMetadata, lambda m: m.accepted):,}",
+                f"{events.raw_rows_read:,}",
+                f"{events.contested_ids:,}",
+                f"{events.dates_also_changed}",
                 f"{new_events:,}",
-                f"{f.value('events', 'run_rows_written'):,}",
-                f"{f.value('events', 'run_files_removed')}",
-                _looked_up(f, "sessions", "run_users_looked_up", "run_dates_searched_by_user"),
-                f"{f.value('sessions', 'run_events_rows_scanned'):,}",
-                f"{f.value('sessions', 'run_events_read'):,}",
-                f"{f.value('sessions', 'run_pairs_recomputed'):,}",
+                f"{events.rows_written:,}",
+                f"{events.files_removed}",
+                f"{sessions.users_looked_up:,} in {sessions.dates_searched_by_user}d",
+                f"{sessions.events_rows_scanned:,}",
+                f"{sessions.events_read:,}",
+                f"{sessions.pairs_recomputed:,}",
                 f"{changed:,}",
-                f"{f.value('sessions', 'run_rows_written'):,}",
-                f"{f.value('sessions', 'run_files_rewritten')}/"
-                f"{f.value('sessions', 'run_files_before')}",
+                f"{sessions.rows_written:,}",
+                f"{sessions.files_rewritten}/{sessions.files_before}",
                 f"{written / max(new_events + changed, 1):.2f}",
             ]
         )
@@ -206,11 +232,11 @@ def report(
     print("    bound = 3 x (users whose state changed + 5 x snapshot days written)")
     rows = []
     for f in figures:
-        state = "user_lifecycle_state"
-        days = f.value(state, "run_snapshot_days_written")
-        changed_users = f.value(state, "run_users_changed")
-        logical = f.value(state, "run_interval_rows_added") + 5 * days
-        physical = f.value(state, "run_interval_rows_written") + 5 * days
+        state = f.run(LifecycleRunMetadata)
+        days = state.snapshot_days_written
+        changed_users = state.users_changed
+        logical = state.interval_rows_added + 5 * days
+        physical = state.interval_rows_written + 5 * days
         bound = 3 * (changed_users + 5 * days)
         rows.append(
             [
@@ -219,16 +245,16 @@ def report(
                 f"{f.step('snapshot'):.1f}",
                 f"{f.step('snapshot') / max(f.step('events') + f.step('sessions'), 1e-9):.2f}",
                 f"{days}",
-                f"{f.value(state, 'run_users_restated'):,}",
+                f"{state.users_restated:,}",
                 f"{changed_users:,}",
-                f"{f.value(state, 'run_interval_rows_removed'):,}",
-                f"{f.value(state, 'run_interval_rows_added'):,}",
+                f"{state.interval_rows_removed:,}",
+                f"{state.interval_rows_added:,}",
                 f"{logical:,}",
                 f"{bound:,}",
                 f"{logical / max(bound, 1):.2f}",
                 f"{physical:,}",
-                f"{f.value(state, 'run_interval_files_rewritten')}",
-                f"{f.value(state, 'run_interval_rows'):,}",
+                f"{state.interval_files_rewritten}",
+                f"{state.interval_rows:,}",
             ]
         )
     print(
@@ -264,11 +290,3 @@ def report(
             ],
         )
     )
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _looked_up(f: BatchFigures, asset: str, keys: str, dates: str) -> str:
-    """Keys pushed down to Parquet, and over how many dates."""
-    return f"{f.value(asset, keys):,} in {f.value(asset, dates)}d"

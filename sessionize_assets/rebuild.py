@@ -16,6 +16,7 @@ from datetime import date
 from dagster import DagsterInstance
 
 from sessionize_assets.assets.keys import SNAPSHOT_KEY
+from sessionize_assets.assets.reports import EventDateMetadata, SessionDateMetadata
 from sessionize_assets.definitions import (
     LIFECYCLE_JOB,
     REBUILD_CONFIG,
@@ -77,11 +78,10 @@ def rebuild(
         echo(f"rebuild run {result.run_id} failed: {why}")
         return False
 
-    echo(
-        f"recomputed {len(flagged_partitions(result, 'events', 'recomputed'))} event days and "
-        f"{len(flagged_partitions(result, 'sessions', 'recomputed'))} session days"
-    )
-    changed = flagged_partitions(result, "sessions", "changed")
+    events = flagged_partitions(result, EventDateMetadata, lambda m: m.recomputed)
+    sessions = flagged_partitions(result, SessionDateMetadata, lambda m: m.recomputed)
+    echo(f"recomputed {len(events)} event days and {len(sessions)} session days")
+    changed = flagged_partitions(result, SessionDateMetadata, lambda m: m.changed)
     echo(f"sessions changed on {len(changed)} days")
     received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]
     span = lifecycle_range(

@@ -22,8 +22,7 @@ from dagster import (
 )
 from deltalake import DeltaTable
 
-from sessionize_assets.assets.metadata import is_flagged
-from sessionize_assets.assets.sessions import CHANNEL_KEYS
+from sessionize_assets.assets.reports import CHANNEL_KEYS, SnapshotDayMetadata
 from sessionize_assets.definitions import LIFECYCLE_JOB
 from sessionize_assets.generator import ZoneSpec, append_day, generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
@@ -363,9 +362,9 @@ def test_lifecycle_runs_report_the_days_asked_and_each_day_they_rewrote(replayed
         last = date.fromisoformat(one or run.tags[RANGE_END])
         asked = {str(day) for day in days_between(first, last)}
         reported = {
-            entry.asset_materialization.partition: is_flagged(
-                entry.asset_materialization, "rewritten"
-            )
+            entry.asset_materialization.partition: SnapshotDayMetadata.from_metadata(
+                entry.asset_materialization.metadata
+            ).rewritten
             for entry in instance.all_logs(
                 run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
             )

@@ -1,34 +1,32 @@
 """raw_events -> `events` by event date, with the cross-batch duplicate rule."""
 
-from datetime import date
-
 from dagster import (
     AllPartitionMapping,
     AssetDep,
     AssetExecutionContext,
     AssetMaterialization,
     AssetsDefinition,
-    BackfillPolicy,
     MaterializeResult,
-    MetadataValue,
     PartitionsDefinition,
-    multi_asset,
 )
 
 from sessionize_assets.assets.config import RebuildConfig
-from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
-from sessionize_assets.lake.tables import EVENTS
+from sessionize_assets.assets.lake_step import lake_step
+from sessionize_assets.assets.metadata import lake_asset_spec, lake_multi_asset
+from sessionize_assets.assets.reports import (
+    EventDateMetadata,
+    EventsRunMetadata,
+    reported_version,
+)
+from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import counting_jobs
 
 
 def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinition:
-    @multi_asset(
+    @lake_multi_asset(
         name="events",
         partitions_def=partitions_def,
-        backfill_policy=BackfillPolicy.single_run(),
-        pool=LAKE_POOL,
         specs=[
             lake_asset_spec(
                 EVENTS,
@@ -37,32 +35,29 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                 group="events",
                 layer="silver",
                 # Which batches feed an event date is data: the index says, the sensor asks.
-                deps=[AssetDep("raw_events", partition_mapping=AllPartitionMapping())],
+                deps=[AssetDep(RAW_EVENTS.name, partition_mapping=AllPartitionMapping())],
             )
         ],
     )
     def events(context: AssetExecutionContext, config: RebuildConfig, lake: LakeResource):
         """Accepted events, deduplicated across batches, by the UTC day they happened."""
-        with lake.writer(context, step="events"):
-            store = lake.store()
-            dates = [date.fromisoformat(key) for key in context.partition_keys]
+        with lake_step(context, lake, step="events") as step:
+            store, dates = step.store, step.dates
             before = store.row_counts(EVENTS, partitions=dates)
             asked = set(dates)
-            spark = lake.spark.session()
-            with counting_jobs(spark, "events") as spark_jobs:
+            with step.counting_jobs():
                 report = update_events(
                     store,
-                    spark,
+                    step.spark(),
                     event_dates=dates,
-                    run_id=context.run.run_id,
+                    run_id=step.run_id,
                     full_refresh=config.full_refresh,
                 )
-            jobs = spark_jobs()
+            jobs = step.spark_jobs()
             context.log.info(
                 f"events: {len(report.updated)} of {len(dates)} dates had new input "
                 f"({len(report.recomputed)} recomputed), {report.raw_rows_read} raw rows read"
             )
-            version = report.events_version if report.events_version is not None else -1
             # Every date asked for (a backfill counts on it) is reported on the output's own
             # materialization; every other date whose rows moved because a copy of one of its
             # ids was settled here (displaced or promoted) gets one of its own. Each carries its
@@ -82,31 +77,26 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                     what = " (nothing new in this run)"
                 else:
                     what = " (a copy of one of its ids moved to or from another date in this run)"
-                metadata = {
-                    "dagster/row_count": rows,
-                    "dagster/uri": MetadataValue.path(store.uri(EVENTS)),
-                    "updated": day in report.updated,
-                    "recomputed": day in report.recomputed,
-                    "copies_moved": day in report.also_changed,
-                    **({"events_added": rows - before.get(key, 0)} if requested else {}),
-                    "batches": report.batches_by_date.get(day, 0),
-                    "batches_absorbed": report.absorbed_by_date.get(day, 0),
-                    "delta_version": version,
-                    "summary": MetadataValue.md(
-                        f"**{key}**: {rows} events"
-                        + what
-                        + (
-                            f"; {report.batches_by_date[day]} batches hold events of it."
-                            if requested
-                            else "."
-                        )
+                metadata = EventDateMetadata(
+                    row_count=rows,
+                    uri=store.uri(EVENTS),
+                    updated=day in report.updated,
+                    recomputed=day in report.recomputed,
+                    copies_moved=day in report.also_changed,
+                    events_added=rows - before.get(key, 0) if requested else None,
+                    batches=report.batches_by_date.get(day, 0),
+                    batches_absorbed=report.absorbed_by_date.get(day, 0),
+                    delta_version=reported_version(report.events_version),
+                    summary=f"**{key}**: {rows} events"
+                    + what
+                    + (
+                        f"; {report.batches_by_date[day]} batches hold events of it."
+                        if requested
+                        else "."
                     ),
-                    **(
-                        run_figures({**_run_figures(report), "spark_jobs": jobs})
-                        if day == reported[-1]
-                        else {}
-                    ),
-                }
+                ).to_metadata()
+                if day == reported[-1]:
+                    metadata |= _run_metadata(report, jobs).to_metadata()
                 if requested:
                     context.add_asset_metadata(metadata, asset_key=EVENTS.name, partition_key=key)
                 else:
@@ -118,20 +108,21 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
     return events
 
 
-def _run_figures(report: EventsReport) -> dict[str, int | None]:
+def _run_metadata(report: EventsReport, spark_jobs: int | None) -> EventsRunMetadata:
     """What the whole run read and wrote (its dates together)."""
-    return {
-        "dates_requested": len(report.requested),
-        "dates_updated": len(report.updated),
-        "batches_read": report.batches_read,
-        "raw_rows_read": report.raw_rows_read,
-        "dates_also_changed": len(report.also_changed),
-        "contested_ids": report.contested_ids,
-        "new_events": report.new_events,
-        "displaced": report.displaced,
-        "promoted": report.promoted,
-        "duplicates_found": report.duplicates,
-        "rows_written": report.rows_written,
-        "files_added": report.files_added,
-        "files_removed": report.files_removed,
-    }
+    return EventsRunMetadata(
+        dates_requested=len(report.requested),
+        dates_updated=len(report.updated),
+        batches_read=report.batches_read,
+        raw_rows_read=report.raw_rows_read,
+        dates_also_changed=len(report.also_changed),
+        contested_ids=report.contested_ids,
+        new_events=report.new_events,
+        displaced=report.displaced,
+        promoted=report.promoted,
+        duplicates_found=report.duplicates,
+        rows_written=report.rows_written,
+        files_added=report.files_added,
+        files_removed=report.files_removed,
+        spark_jobs=spark_jobs,
+    )

@@ -1,7 +1,5 @@
 """events -> `user_identities` (SPEC §3c): which signed-in user each anonymous id belongs to."""
 
-from typing import Any
-
 from dagster import (
     AllPartitionMapping,
     AssetDep,
@@ -10,16 +8,19 @@ from dagster import (
     AssetsDefinition,
     DataVersion,
     MaterializeResult,
-    MetadataValue,
-    multi_asset,
 )
 
-from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec
+from sessionize_assets.assets.lake_step import lake_step
+from sessionize_assets.assets.metadata import lake_asset_spec, lake_multi_asset
+from sessionize_assets.assets.reports import (
+    IdentitiesMetadata,
+    IdentitiesRunMetadata,
+    reported_version,
+)
 from sessionize_assets.lake.store import DeltaStore
-from sessionize_assets.lake.tables import USER_IDENTITIES
+from sessionize_assets.lake.tables import EVENTS, USER_IDENTITIES
 from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import counting_jobs
 
 # Every sessions date reads the one identities table, and every sessions run applies its
 # changes to every date (pipeline/stitching.py). A data version that changed with each
@@ -31,9 +32,8 @@ IDENTITIES_DATA_VERSION = DataVersion("applied to every sessions date by each se
 
 
 def build_identities_asset() -> AssetsDefinition:
-    @multi_asset(
+    @lake_multi_asset(
         name="identities",
-        pool=LAKE_POOL,
         specs=[
             lake_asset_spec(
                 USER_IDENTITIES,
@@ -41,17 +41,16 @@ def build_identities_asset() -> AssetsDefinition:
                 "its latest event that has one (identity stitching).",
                 group="sessions",
                 layer="silver",
-                deps=[AssetDep("events", partition_mapping=AllPartitionMapping())],
+                deps=[AssetDep(EVENTS.name, partition_mapping=AllPartitionMapping())],
             )
         ],
     )
     def identities(context: AssetExecutionContext, lake: LakeResource):
         """Absorb the events that changed since the last run into `user_identities`."""
-        with lake.writer(context, step="identities"):
-            store = lake.store()
-            spark = lake.spark.session()
-            with counting_jobs(spark, "identities") as spark_jobs:
-                report = update_identities(store, run_id=context.run.run_id)
+        with lake_step(context, lake, step="identities") as step:
+            store = step.store
+            with step.counting_jobs():
+                report = update_identities(store, run_id=step.run_id)
             context.log.info(
                 f"user_identities: {report.ids_new} ids newly mapped, {report.ids_remapped} "
                 f"remapped, {report.ids_unmapped} unmapped, from {report.events_read} "
@@ -59,31 +58,28 @@ def build_identities_asset() -> AssetsDefinition:
             )
             yield MaterializeResult(
                 asset_key=USER_IDENTITIES.name,
-                metadata={
-                    **identities_metadata(store, report),
-                    "run_spark_jobs": spark_jobs(),
-                },
+                metadata=identities_metadata(store, report).to_metadata()
+                | IdentitiesRunMetadata(spark_jobs=step.spark_jobs()).to_metadata(),
                 data_version=IDENTITIES_DATA_VERSION,
             )
 
     return identities
 
 
-def identities_metadata(store: DeltaStore, report: IdentitiesReport) -> dict[str, Any]:
+def identities_metadata(store: DeltaStore, report: IdentitiesReport) -> IdentitiesMetadata:
     """What a run did to `user_identities`, and what the table holds now."""
-    rows = sum(store.row_counts(USER_IDENTITIES).values())
-    return {
-        "dagster/row_count": rows,
-        "dagster/uri": MetadataValue.path(store.uri(USER_IDENTITIES)),
-        "ids_newly_mapped": report.ids_new,
-        "ids_remapped": report.ids_remapped,
-        "ids_unmapped": report.ids_unmapped,
-        "ids_recomputed": report.ids_recomputed,
-        "identifying_events_read": report.events_read,
-        "rebuilt": report.rebuilt,
-        "events_version_absorbed": -1 if report.events_version is None else report.events_version,
-        "delta_version": -1 if report.identities_version is None else report.identities_version,
-    }
+    return IdentitiesMetadata(
+        row_count=sum(store.row_counts(USER_IDENTITIES).values()),
+        uri=store.uri(USER_IDENTITIES),
+        ids_newly_mapped=report.ids_new,
+        ids_remapped=report.ids_remapped,
+        ids_unmapped=report.ids_unmapped,
+        ids_recomputed=report.ids_recomputed,
+        identifying_events_read=report.events_read,
+        rebuilt=report.rebuilt,
+        events_version_absorbed=reported_version(report.events_version),
+        delta_version=reported_version(report.identities_version),
+    )
 
 
 def identities_materialization(store: DeltaStore, report: IdentitiesReport) -> AssetMaterialization:
@@ -93,5 +89,5 @@ def identities_materialization(store: DeltaStore, report: IdentitiesReport) -> A
         asset_key=USER_IDENTITIES.name,
         # The data version every materialization of the asset reports (public run tag).
         tags={DATA_VERSION_TAG: IDENTITIES_DATA_VERSION.value},
-        metadata=identities_metadata(store, report),
+        metadata=identities_metadata(store, report).to_metadata(),
     )

@@ -5,23 +5,21 @@ batch's partition is reported with its own figures.
 """
 
 from datetime import date
-from typing import Any
 
 from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
     AssetsDefinition,
-    BackfillPolicy,
-    MetadataValue,
     PartitionsDefinition,
-    multi_asset,
 )
 
-from sessionize_assets.assets.metadata import (
-    LAKE_POOL,
-    lake_asset_spec,
-    markdown_table,
-    run_figures,
+from sessionize_assets.assets.lake_step import lake_step
+from sessionize_assets.assets.metadata import lake_asset_spec, lake_multi_asset, markdown_table
+from sessionize_assets.assets.reports import (
+    IngestRunMetadata,
+    RawBatchMetadata,
+    RejectedBatchMetadata,
+    reported_version,
 )
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import LANDING_BATCHES, RAW_EVENTS, REJECTED_EVENTS
@@ -33,7 +31,6 @@ from sessionize_assets.resources.landing import (
     LandingZoneResource,
     unreadable_file,
 )
-from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
 
 LATENESS_BUCKETS = (("same day", 0, 0), ("1 day", 1, 1), ("2-7 days", 2, 7), ("8-30 days", 8, 30))
@@ -55,11 +52,9 @@ def lateness(batch: BatchIngested) -> dict[str, int]:
 def build_ingest_assets(
     *, settings: Settings, partitions_def: PartitionsDefinition
 ) -> AssetsDefinition:
-    @multi_asset(
+    @lake_multi_asset(
         name="ingest_batch",
         partitions_def=partitions_def,
-        backfill_policy=BackfillPolicy.single_run(),
-        pool=LAKE_POOL,
         specs=[
             lake_asset_spec(
                 RAW_EVENTS,
@@ -81,9 +76,9 @@ def build_ingest_assets(
         context: AssetExecutionContext, landing: LandingZoneResource, lake: LakeResource
     ):
         """Validate landing batches and replace their raw_events and rejected_events partitions."""
-        with lake.writer(context, step="ingest"):
-            store = lake.store()
-            days = _batches_to_read(context, landing, store)
+        with lake_step(context, lake, step="ingest") as step:
+            store = step.store
+            days = _batches_to_read(context, landing, store, days=step.dates)
             if not days:
                 return
             files = {day: landing.batch_files(day) for day in days}
@@ -98,17 +93,16 @@ def build_ingest_assets(
                     context.log.warning(f"batch {day}: not batch files, ignored: {names}")
             # Taken before the lines are read: a file replaced meanwhile shows as changed again.
             fingerprints = {day: fingerprint(day, files[day]) for day in days}
-            spark = lake.spark.session()
             try:
-                with counting_jobs(spark, "ingest") as spark_jobs:
+                with step.counting_jobs():
                     result = ingest_batches(
                         store,
-                        landing.read_lines(spark, days),
+                        landing.read_lines(step.spark(), days),
                         fingerprints=fingerprints,
                         settings=settings,
-                        run_id=context.run.run_id,
+                        run_id=step.run_id,
                     )
-                jobs = spark_jobs()
+                jobs = step.spark_jobs()
             except Exception as error:  # Spark's read errors reach Python as Py4J errors
                 path = unreadable_file(error)
                 if path is None:
@@ -122,64 +116,62 @@ def build_ingest_assets(
             for day in days:
                 batch = result.batches[day]
                 late = lateness(batch)
-                late_events = batch.accepted - late.get("same day", 0)
+                raw = RawBatchMetadata(
+                    row_count=batch.accepted,
+                    lines=batch.accepted + batch.rejected,
+                    accepted=batch.accepted,
+                    rejected=batch.rejected,
+                    late_events=batch.accepted - late.get("same day", 0),
+                    event_dates={d.isoformat(): n for d, n in sorted(batch.events_by_date.items())},
+                    lateness=late,
+                    summary=_batch_summary(batch, late),
+                    files=len(files[day]),
+                    ignored_files=ignored[day],
+                    batch_fingerprint=fingerprints[day].digest,
+                    batch_bytes=fingerprints[day].total_bytes,
+                    uri=store.uri(RAW_EVENTS),
+                    delta_version=reported_version(result.raw.version),
+                    index_version=reported_version(result.index.version),
+                    touched_event_dates=[d.isoformat() for d in batch.touched_event_dates],
+                )
                 context.log.info(
                     f"batch {day}: {len(files[day])} files, {batch.accepted} accepted, "
-                    f"{batch.rejected} rejected, {late_events} late"
+                    f"{batch.rejected} rejected, {raw.late_events} late"
                 )
                 yield AssetMaterialization(
                     asset_key=RAW_EVENTS.name,
                     partition=day.isoformat(),
-                    metadata=_raw_metadata(batch, late)
-                    | {
-                        "files": len(files[day]),
-                        "ignored_files": MetadataValue.json(ignored[day]),
-                        "batch_fingerprint": fingerprints[day].digest,
-                        "batch_bytes": fingerprints[day].total_bytes,
-                        "dagster/uri": MetadataValue.path(store.uri(RAW_EVENTS)),
-                        "delta_version": result.raw.version
-                        if result.raw.version is not None
-                        else -1,
-                        "index_version": result.index.version
-                        if result.index.version is not None
-                        else -1,
-                        # What the late-data sensor requests: dates the batch holds now or held
-                        # before.
-                        "touched_event_dates": MetadataValue.json(
-                            [d.isoformat() for d in batch.touched_event_dates]
-                        ),
-                        **(run_figures({"spark_jobs": jobs}) if day == days[-1] else {}),
-                    },
+                    metadata=raw.to_metadata()
+                    | (IngestRunMetadata(spark_jobs=jobs).to_metadata() if day == days[-1] else {}),
                 )
                 yield AssetMaterialization(
                     asset_key=REJECTED_EVENTS.name,
                     partition=day.isoformat(),
-                    metadata={
-                        # The partition also holds this batch's cross-batch duplicates (from
-                        # events).
-                        "dagster/row_count": rejected_rows.get(day.isoformat(), 0),
-                        "rejected_at_ingestion": batch.rejected,
-                        "rejected_by_reason": MetadataValue.json(batch.rejected_by_reason),
-                        "dagster/uri": MetadataValue.path(store.uri(REJECTED_EVENTS)),
-                        "delta_version": result.rejected.version
-                        if result.rejected.version is not None
-                        else -1,
-                        "summary": MetadataValue.md(
-                            markdown_table(batch.rejected_by_reason, key="reason", value="lines")
+                    metadata=RejectedBatchMetadata(
+                        row_count=rejected_rows.get(day.isoformat(), 0),
+                        rejected_at_ingestion=batch.rejected,
+                        rejected_by_reason=batch.rejected_by_reason,
+                        uri=store.uri(REJECTED_EVENTS),
+                        delta_version=reported_version(result.rejected.version),
+                        summary=markdown_table(
+                            batch.rejected_by_reason, key="reason", value="lines"
                         ),
-                    },
+                    ).to_metadata(),
                 )
 
     return ingest_batch
 
 
 def _batches_to_read(
-    context: AssetExecutionContext, landing: LandingZoneResource, store: DeltaStore
+    context: AssetExecutionContext,
+    landing: LandingZoneResource,
+    store: DeltaStore,
+    *,
+    days: list[date],
 ) -> list[date]:
-    """The run's received days but those ingested before whose folder is gone (landing
+    """The run's received `days` but those ingested before whose folder is gone (landing
     retention): what they hold stays, and the run says so; it is never replaced by nothing.
     A day never ingested without a folder is an empty batch, as is an empty folder."""
-    days = [date.fromisoformat(key) for key in context.partition_keys]
     ingested = ingested_batches(store.read_arrow(LANDING_BATCHES, partitions=days))
     kept = [day for day in days if day in ingested and not landing.batch_dir(day).is_dir()]
     for day in kept:
@@ -190,23 +182,12 @@ def _batches_to_read(
     return [day for day in days if day not in kept]
 
 
-def _raw_metadata(batch: BatchIngested, late: dict[str, int]) -> dict[str, Any]:
+def _batch_summary(batch: BatchIngested, late: dict[str, int]) -> str:
     lines = batch.accepted + batch.rejected
     late_events = batch.accepted - late.get("same day", 0)
-    return {
-        "dagster/row_count": batch.accepted,
-        "lines": lines,
-        "accepted": batch.accepted,
-        "rejected": batch.rejected,
-        "late_events": late_events,
-        "event_dates": MetadataValue.json(
-            {d.isoformat(): n for d, n in sorted(batch.events_by_date.items())}
-        ),
-        "lateness": MetadataValue.json(late),
-        "summary": MetadataValue.md(
-            f"**{lines}** lines: **{batch.accepted}** accepted, **{batch.rejected}** "
-            f"rejected; **{late_events}** late events over "
-            f"**{len(batch.events_by_date)}** event dates.\n\n"
-            + markdown_table(late, key="lateness", value="events")
-        ),
-    }
+    return (
+        f"**{lines}** lines: **{batch.accepted}** accepted, **{batch.rejected}** "
+        f"rejected; **{late_events}** late events over "
+        f"**{len(batch.events_by_date)}** event dates.\n\n"
+        + markdown_table(late, key="lateness", value="events")
+    )

@@ -13,23 +13,25 @@ from dagster import (
     AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
-    BackfillPolicy,
-    MetadataValue,
     PartitionsDefinition,
     TimeWindowPartitionMapping,
-    multi_asset,
 )
 
-from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
+from sessionize_assets.assets.lake_step import lake_step
+from sessionize_assets.assets.metadata import lake_asset_spec, lake_multi_asset
+from sessionize_assets.assets.reports import (
+    LifecycleRunMetadata,
+    LifecycleStateDayMetadata,
+    SnapshotDayMetadata,
+)
 from sessionize_assets.checks.definitions import check_result
 from sessionize_assets.checks.rules import snapshot_off_intervals, unbalanced_snapshot
 from sessionize_assets.lake.store import DeltaStore, TableSpec
-from sessionize_assets.lake.tables import USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
+from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import previous_day_mapping
 from sessionize_assets.pipeline.lifecycle import update_lifecycle
 from sessionize_assets.pipeline.lifecycle_bookkeeping import LifecycleReport
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import counting_jobs_on_demand
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle_states import OPEN_END, STATES, State
 
@@ -51,18 +53,16 @@ def build_lifecycle_assets(
             # Day D follows from day D-1 and the sessions of D. Both tables depend on their D-1 in
             # the same way: a backfill must target the same days of both (non-subsettable).
             deps=[
-                AssetDep("sessions", partition_mapping=sessions_mapping),
+                AssetDep(SESSIONS.name, partition_mapping=sessions_mapping),
                 AssetDep(table.name, partition_mapping=previous_day_mapping()),
             ],
             # Materializations are logged per day below, with that day's own figures.
             skippable=True,
         )
 
-    @multi_asset(
+    @lake_multi_asset(
         name="user_lifecycle",
         partitions_def=partitions_def,
-        backfill_policy=BackfillPolicy.single_run(),
-        pool=LAKE_POOL,
         specs=[
             spec(
                 USER_LIFECYCLE_STATE,
@@ -94,15 +94,14 @@ def build_lifecycle_assets(
     )
     def user_lifecycle(context: AssetExecutionContext, lake: LakeResource):
         """Restate the users whose sessions changed and move the snapshot days that change."""
-        with lake.writer(context, step="lifecycle"):
-            through = date.fromisoformat(context.partition_keys[-1])
+        with lake_step(context, lake, step="lifecycle") as step:
+            store = step.store
             # Only a restate of every user needs Spark: an everyday run starts no session.
-            with counting_jobs_on_demand(lake.spark.session, "lifecycle") as (spark, spark_jobs):
-                store = lake.store(spark=spark)
+            with step.counting_jobs(on_demand=True):
                 report = update_lifecycle(
-                    store, through=through, settings=settings, run_id=context.run.run_id
+                    store, through=step.dates[-1], settings=settings, run_id=step.run_id
                 )
-            jobs = spark_jobs()
+            jobs = step.spark_jobs()
             context.log.info(
                 f"lifecycle through {report.as_of}: {report.users_restated} users restated"
                 f"{' from the start' if report.restated_from_start else ''}, "
@@ -118,7 +117,7 @@ def build_lifecycle_assets(
             # figures as they are in the table now (a day it did not need to change included, so a
             # backfill sees each of its partitions materialized). A day it neither was asked for
             # nor rewrote keeps its materialization, whose figures are still the day's content.
-            asked = {date.fromisoformat(key) for key in context.partition_keys}
+            asked = set(step.dates)
             days = sorted(asked | set(report.days))
             # Five rows a day: read whole once, for the days' figures, the trend and the checks.
             snapshot = store.read_arrow(USER_LIFECYCLE_SNAPSHOT)
@@ -139,58 +138,49 @@ def build_lifecycle_assets(
                 yield AssetMaterialization(
                     asset_key=USER_LIFECYCLE_SNAPSHOT.name,
                     partition=day.isoformat(),
-                    metadata={
-                        **{f"users_{state}": figures[state][0] for state in STATES},
-                        "users_on_hand": on_hand,
-                        "moves_in": sum(entered for _, entered, _ in figures.values()),
-                        "moves_out": sum(exited for _, _, exited in figures.values()),
-                        "rewritten": day in rewritten,
-                        "dagster/row_count": sum(1 for state in STATES if (day, state) in counts),
-                        "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_SNAPSHOT)),
-                        "delta_version": report.snapshot_version or 0,
-                        # The trend shows other days, which a later run can rewrite without
-                        # reporting this one again: only the last day reported carries it.
-                        "summary": MetadataValue.md(
-                            _day_markdown(day, figures)
-                            + ("\n\n" + _trend_markdown(history, day) if last else "")
-                        ),
-                    },
+                    metadata=SnapshotDayMetadata(
+                        users_by_state={state: figures[state][0] for state in STATES},
+                        users_on_hand=on_hand,
+                        moves_in=sum(entered for _, entered, _ in figures.values()),
+                        moves_out=sum(exited for _, _, exited in figures.values()),
+                        rewritten=day in rewritten,
+                        row_count=sum(1 for state in STATES if (day, state) in counts),
+                        uri=store.uri(USER_LIFECYCLE_SNAPSHOT),
+                        delta_version=report.snapshot_version or 0,
+                        summary=_day_markdown(day, figures)
+                        + ("\n\n" + _trend_markdown(history, day) if last else ""),
+                    ).to_metadata(),
                 )
                 yield AssetMaterialization(
                     asset_key=USER_LIFECYCLE_STATE.name,
                     partition=day.isoformat(),
-                    metadata={
-                        # This day's rows in the per-user-per-day view (one per user).
-                        "users_with_a_state": on_hand,
-                        "rewritten": day in rewritten,
-                        "dagster/uri": MetadataValue.path(store.uri(USER_LIFECYCLE_STATE)),
-                        "delta_version": report.state_version or 0,
-                        **(
-                            run_figures({**_run_figures(report), "spark_jobs": jobs})
-                            if last
-                            else {}
-                        ),
-                    },
+                    metadata=LifecycleStateDayMetadata(
+                        users_with_a_state=on_hand,
+                        rewritten=day in rewritten,
+                        uri=store.uri(USER_LIFECYCLE_STATE),
+                        delta_version=report.state_version or 0,
+                    ).to_metadata()
+                    | (_run_metadata(report, jobs).to_metadata() if last else {}),
                 )
             yield from _checks(snapshot, store, report)
 
     return user_lifecycle
 
 
-def _run_figures(report: LifecycleReport) -> dict[str, int | bool]:
+def _run_metadata(report: LifecycleReport, spark_jobs: int | None) -> LifecycleRunMetadata:
     """What the whole run did to the intervals and the snapshot."""
-    return {
-        "interval_rows": report.state_rows,
-        "users_restated": report.users_restated,
-        "restated_from_start": report.restated_from_start,
-        "users_changed": report.users_changed,
-        "interval_rows_added": report.intervals_added,
-        "interval_rows_removed": report.intervals_removed,
-        # Rows in the files the commit added: new rows and those a rewritten file carried.
-        "interval_rows_written": report.state_rows_written,
-        "interval_files_rewritten": report.state_files_rewritten,
-        "snapshot_days_written": len(report.days),
-    }
+    return LifecycleRunMetadata(
+        interval_rows=report.state_rows,
+        users_restated=report.users_restated,
+        restated_from_start=report.restated_from_start,
+        users_changed=report.users_changed,
+        interval_rows_added=report.intervals_added,
+        interval_rows_removed=report.intervals_removed,
+        interval_rows_written=report.state_rows_written,
+        interval_files_rewritten=report.state_files_rewritten,
+        snapshot_days_written=len(report.days),
+        spark_jobs=spark_jobs,
+    )
 
 
 def _checks(

@@ -1,11 +1,20 @@
-"""Materialization metadata shared by the assets: table schema, location, commit facts."""
+"""What every asset that writes the lake declares: its spec (key, kinds, owners, the table's
+schema), its pool and its range runs; the Markdown tables of its metadata."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from dagster import AssetMaterialization, AssetSpec, TableColumn, TableSchema
+from dagster import (
+    AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
+    PartitionsDefinition,
+    TableColumn,
+    TableSchema,
+    multi_asset,
+)
 
 from sessionize_assets.lake.store import TableSpec
 
@@ -55,23 +64,26 @@ def lake_asset_spec(
     )
 
 
+def lake_multi_asset(
+    *,
+    name: str,
+    specs: list[AssetSpec],
+    partitions_def: PartitionsDefinition | None = None,
+    **extra: Any,
+) -> Callable[[Callable[..., Any]], AssetsDefinition]:
+    """A multi-asset that writes the lake: in the lake's pool and, when partitioned, one run
+    over all the partitions a backfill selects (a range run)."""
+    return multi_asset(
+        name=name,
+        specs=specs,
+        partitions_def=partitions_def,
+        backfill_policy=BackfillPolicy.single_run() if partitions_def else None,
+        pool=LAKE_POOL,
+        **extra,
+    )
+
+
 def markdown_table(rows: Mapping[str, Any], *, key: str, value: str) -> str:
     lines = [f"| {key} | {value} |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in rows.items()]
     return "\n".join(lines)
-
-
-def run_figures(figures: Mapping[str, Any]) -> dict[str, Any]:
-    """A range run's figures over all its partitions, as `run_*` entries.
-
-    They go on one materialization only, the latest partition the run reports, so that no
-    partition shows the run's totals as its own.
-    """
-    return {f"run_{name}": value for name, value in figures.items()}
-
-
-def is_flagged(materialization: AssetMaterialization, flag: str) -> bool:
-    """Whether a partition's materialization carries the boolean entry `flag` as true
-    (`updated`, `recomputed`, `changed`, `rewritten`); False when absent."""
-    entry = materialization.metadata.get(flag)
-    return bool(entry.value) if entry is not None else False

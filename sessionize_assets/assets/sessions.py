@@ -1,6 +1,5 @@
 """events -> `sessions`, `session_quarantine` and the `session_changes` log, by session date."""
 
-import re
 from datetime import date
 
 import pyarrow.compute as pc
@@ -10,19 +9,28 @@ from dagster import (
     AssetsDefinition,
     AssetSelection,
     AssetSpec,
-    BackfillPolicy,
     MaterializeResult,
-    MetadataValue,
     PartitionsDefinition,
     TimeWindowPartitionMapping,
-    multi_asset,
 )
 
 from sessionize_assets.assets.config import RebuildConfig
 from sessionize_assets.assets.identities import identities_materialization
-from sessionize_assets.assets.metadata import LAKE_POOL, lake_asset_spec, run_figures
+from sessionize_assets.assets.lake_step import lake_step
+from sessionize_assets.assets.metadata import lake_asset_spec, lake_multi_asset
+from sessionize_assets.assets.reports import (
+    CHANNEL_KEYS,
+    ChangesLoggedMetadata,
+    ChannelsMetadata,
+    SessionDateMetadata,
+    SessionsChangedMetadata,
+    SessionsRunMetadata,
+    TableLocationMetadata,
+    reported_version,
+)
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import (
+    EVENTS,
     SESSION_CHANGES,
     SESSION_QUARANTINE,
     SESSIONS,
@@ -32,15 +40,12 @@ from sessionize_assets.partitions import late_data_condition
 from sessionize_assets.pipeline.sessions import SessionsReport, session_definition, update_sessions
 from sessionize_assets.pipeline.sessions_diff import DateChanges
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.channels import CHANNELS
 
 NO_CHANGE = DateChanges(inserted=0, replaced=0, removed=0, users=0)
-# A partition's sessions by channel (SPEC §3b) as numeric metadata, one key per channel, so
-# the Plots tab draws each over time.
-CHANNEL_KEYS = {name: "sessions_" + re.sub(r"\W+", "_", name.lower()) for name in CHANNELS}
-_NO_SESSIONS: dict[str, float] = {**dict.fromkeys(CHANNEL_KEYS.values(), 0), "engaged_share": 0.0}
+NO_SESSIONS = ChannelsMetadata(
+    sessions_by_channel=dict.fromkeys(CHANNEL_KEYS, 0), engaged_share=0.0
+)
 
 
 def build_sessions_assets(
@@ -56,7 +61,7 @@ def build_sessions_assets(
             group="sessions",
             layer="gold",
             deps=[
-                AssetDep("events", partition_mapping=events_mapping),
+                AssetDep(EVENTS.name, partition_mapping=events_mapping),
                 # Each run applies the identities' changes to every date (stitching.py): a
                 # date is run again for its own events, not for each sign-in.
                 AssetDep(USER_IDENTITIES.name),
@@ -68,11 +73,9 @@ def build_sessions_assets(
             code_version=session_definition(settings),
         )
 
-    @multi_asset(
+    @lake_multi_asset(
         name="sessionize",
         partitions_def=partitions_def,
-        backfill_policy=BackfillPolicy.single_run(),
-        pool=LAKE_POOL,
         specs=[
             spec(SESSIONS, "User sessions by the UTC day they started."),
             spec(
@@ -84,20 +87,18 @@ def build_sessions_assets(
     )
     def sessionize(context: AssetExecutionContext, config: RebuildConfig, lake: LakeResource):
         """Recompute the sessions of users whose events changed, and log the corrections."""
-        with lake.writer(context, step="sessions"):
-            store = lake.store()
-            dates = [date.fromisoformat(key) for key in context.partition_keys]
-            spark = lake.spark.session()
-            with counting_jobs(spark, "sessions") as spark_jobs:
+        with lake_step(context, lake, step="sessions") as step:
+            store, dates = step.store, step.dates
+            with step.counting_jobs():
                 report = update_sessions(
                     store,
-                    spark,
+                    step.spark(),
                     session_dates=dates,
                     settings=settings,
-                    run_id=context.run.run_id,
+                    run_id=step.run_id,
                     full_refresh=config.full_refresh,
                 )
-            jobs = spark_jobs()
+            jobs = step.spark_jobs()
             if report.identities.updated:  # the events were materialized without them
                 context.log_event(identities_materialization(store, report.identities))
             relabel = report.relabel
@@ -112,7 +113,6 @@ def build_sessions_assets(
                 f"{report.users_recomputed} users recomputed on {report.pairs_recomputed} "
                 f"(user, date) pairs; sessions changed on {len(report.changed)} dates"
             )
-            version = report.sessions_version if report.sessions_version is not None else -1
             # Every date asked for (a backfill counts on it) is reported once per table, on the
             # output's own materialization, with its own figures as the tables hold them now;
             # `changed` says whether this run changed it.
@@ -123,45 +123,37 @@ def build_sessions_assets(
                 key = day.isoformat()
                 change = report.changes_by_date.get(day, NO_CHANGE)
                 own = {
-                    SESSIONS: {
-                        "sessions_inserted": change.inserted,
-                        "sessions_replaced": change.replaced,
-                        "sessions_removed": change.removed,
-                        "users_changed": change.users,
-                        "summary": MetadataValue.md(
-                            _day_summary(key, rows[SESSIONS].get(key, 0), change)
-                        ),
-                        **channels.get(key, _NO_SESSIONS),
-                        **(
-                            run_figures({**_run_figures(report), "spark_jobs": jobs})
-                            if day == dates[-1]
-                            else {}
-                        ),
-                    },
+                    SESSIONS: SessionsChangedMetadata(
+                        sessions_inserted=change.inserted,
+                        sessions_replaced=change.replaced,
+                        sessions_removed=change.removed,
+                        users_changed=change.users,
+                        summary=_day_summary(key, rows[SESSIONS].get(key, 0), change),
+                    ).to_metadata()
+                    | channels.get(key, NO_SESSIONS).to_metadata()
+                    | (_run_metadata(report, jobs).to_metadata() if day == dates[-1] else {}),
                     SESSION_QUARANTINE: {},
-                    # A replaced session is logged twice: removed, then added.
-                    SESSION_CHANGES: {
-                        "rows_logged": change.inserted + 2 * change.replaced + change.removed
-                    },
+                    SESSION_CHANGES: ChangesLoggedMetadata(
+                        rows_logged=change.inserted + 2 * change.replaced + change.removed
+                    ).to_metadata(),
                 }
                 for table in tables:
                     context.add_asset_metadata(
-                        {
-                            "dagster/row_count": rows[table].get(key, 0),
-                            # The lifecycle sensor logs these; rebuild reads them.
-                            "changed": day in report.changed,
-                            "updated": day in report.updated,
-                            "recomputed": day in report.recomputed,
-                            "delta_version": version,
-                            **own[table],
-                        },
+                        SessionDateMetadata(
+                            row_count=rows[table].get(key, 0),
+                            changed=day in report.changed,
+                            updated=day in report.updated,
+                            recomputed=day in report.recomputed,
+                            delta_version=reported_version(report.sessions_version),
+                        ).to_metadata()
+                        | own[table],
                         asset_key=table.name,
                         partition_key=key,
                     )
             for table in tables:
                 yield MaterializeResult(
                     asset_key=table.name,
-                    metadata={"dagster/uri": MetadataValue.path(store.uri(table))},
+                    metadata=TableLocationMetadata(uri=store.uri(table)).to_metadata(),
                 )
 
     return sessionize
@@ -176,32 +168,33 @@ def _day_summary(key: str, rows: int, change: DateChanges) -> str:
     )
 
 
-def _run_figures(report: SessionsReport) -> dict[str, int]:
+def _run_metadata(report: SessionsReport, spark_jobs: int | None) -> SessionsRunMetadata:
     """What the whole run read and wrote (its dates together)."""
-    return {
-        "dates_requested": len(report.requested),
-        "dates_updated": len(report.updated),
-        "dates_changed": len(report.changed),
-        "users_recomputed": report.users_recomputed,
-        "pairs_recomputed": report.pairs_recomputed,
-        "dates_searched_by_user": report.dates_searched_by_user,
-        "users_looked_up": report.users_looked_up,
-        "events_rows_scanned": report.events_rows_scanned,
-        "events_read": report.events_read,
-        "sessions_inserted": report.inserted,
-        "sessions_replaced": report.replaced,
-        "sessions_removed": report.removed,
-        "rows_written": report.rows_written,
-        "files_rewritten": report.files_rewritten,
-        "files_before": report.files_total,
-        "ids_mapped_or_remapped": report.relabel.ids_changed,
-        "sessions_relabelled": report.relabel.rows_relabelled,
-        "dates_relabelled": len(report.relabel.by_date),
-        "files_relabelled": report.relabel.files_rewritten,
-    }
+    return SessionsRunMetadata(
+        dates_requested=len(report.requested),
+        dates_updated=len(report.updated),
+        dates_changed=len(report.changed),
+        users_recomputed=report.users_recomputed,
+        pairs_recomputed=report.pairs_recomputed,
+        dates_searched_by_user=report.dates_searched_by_user,
+        users_looked_up=report.users_looked_up,
+        events_rows_scanned=report.events_rows_scanned,
+        events_read=report.events_read,
+        sessions_inserted=report.inserted,
+        sessions_replaced=report.replaced,
+        sessions_removed=report.removed,
+        rows_written=report.rows_written,
+        files_rewritten=report.files_rewritten,
+        files_before=report.files_total,
+        ids_mapped_or_remapped=report.relabel.ids_changed,
+        sessions_relabelled=report.relabel.rows_relabelled,
+        dates_relabelled=len(report.relabel.by_date),
+        files_relabelled=report.relabel.files_rewritten,
+        spark_jobs=spark_jobs,
+    )
 
 
-def _channel_figures(store: DeltaStore, dates: list[date]) -> dict[str, dict[str, float]]:
+def _channel_figures(store: DeltaStore, dates: list[date]) -> dict[str, ChannelsMetadata]:
     """Per session date, its sessions by channel and the share that are engaged, as the table
     holds them now: two columns of those partitions, read on the driver (no Spark job)."""
     table = store.read_arrow(
@@ -210,17 +203,24 @@ def _channel_figures(store: DeltaStore, dates: list[date]) -> dict[str, dict[str
     if not table.num_rows:
         return {}
     table = table.set_column(0, "session_date", pc.cast(table["session_date"], "string"))
-    figures: dict[str, dict[str, float]] = {}
+    by_channel: dict[str, dict[str, int]] = {}
     counts = table.group_by(["session_date", "channel"]).aggregate([("channel", "count")])
     for day, name, count in zip(
         *(counts[c].to_pylist() for c in ("session_date", "channel", "channel_count")), strict=True
     ):
         if name in CHANNEL_KEYS:  # rows written before channels were: null, not counted
-            figures.setdefault(day, dict(_NO_SESSIONS))[CHANNEL_KEYS[name]] = count
+            by_channel.setdefault(day, dict(NO_SESSIONS.sessions_by_channel))[name] = count
+    engaged_share: dict[str, float] = {}
     engaged = table.group_by("session_date").aggregate([("is_engaged", "mean")])
     for day, share in zip(
         engaged["session_date"].to_pylist(), engaged["is_engaged_mean"].to_pylist(), strict=True
     ):
         if share is not None:
-            figures.setdefault(day, dict(_NO_SESSIONS))["engaged_share"] = round(share, 4)
-    return figures
+            engaged_share[day] = round(share, 4)
+    return {
+        day: ChannelsMetadata(
+            sessions_by_channel=by_channel.get(day, NO_SESSIONS.sessions_by_channel),
+            engaged_share=engaged_share.get(day, NO_SESSIONS.engaged_share),
+        )
+        for day in {*by_channel, *engaged_share}
+    }

@@ -32,7 +32,6 @@ from dagster import (
     AssetChecksDefinition,
     AssetCheckSpec,
     AssetKey,
-    MetadataValue,
     multi_asset_check,
 )
 from pyspark import StorageLevel
@@ -78,6 +77,7 @@ from sessionize_assets.pipeline.manifests import (
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
+from sessionize_assets.typed_metadata import MetadataRecord, Shown, entry, metadata_record
 
 
 @dataclass(frozen=True)
@@ -200,14 +200,12 @@ def lake_checks(
                         f"({finding.dates[0]}..{finding.dates[-1]}): marked to be recomputed "
                         "from their inputs; the sensors ask for them"
                     )
-                result = check_result(
-                    finding, what, check_name=check, asset_key=AssetKey(checks[check].asset)
-                )
-                # Spark Connect: not counted.
-                yield (
-                    result
-                    if jobs is None
-                    else result.with_metadata({**result.metadata, "spark_jobs": jobs})
+                yield check_result(
+                    finding,
+                    what,
+                    spark_jobs=jobs,
+                    check_name=check,
+                    asset_key=AssetKey(checks[check].asset),
                 )
 
         return step
@@ -215,17 +213,34 @@ def lake_checks(
     return decorate
 
 
-def check_result(finding: Finding, what: str, **kwargs: Any) -> AssetCheckResult:
+@metadata_record
+class CheckMetadata(MetadataRecord):
+    """What a check result reports: how many rows break its rule, a sample of them, what
+    they are, and the dates marked to be derived again."""
+
+    violations: int
+    sample: list[str] = entry(shown=Shown.JSON)
+    what: str
+    dates: list[str] = entry(shown=Shown.JSON)
+    # The Spark jobs of the check's step, which its checks share (absent where none is
+    # counted: the lifecycle's checks, Spark Connect without its status API).
+    spark_jobs: int | None = entry(default=None)
+
+
+def check_result(
+    finding: Finding, what: str, *, spark_jobs: int | None = None, **kwargs: Any
+) -> AssetCheckResult:
     """A check's outcome with its violation count and a sample (kwargs: check_name, ...)."""
     return AssetCheckResult(
         **kwargs,
         passed=finding.passed,
-        metadata={
-            "violations": finding.violations,
-            "sample": MetadataValue.json(finding.sample),
-            "what": what,
-            "dates": MetadataValue.json([day.isoformat() for day in finding.dates]),
-        },
+        metadata=CheckMetadata(
+            violations=finding.violations,
+            sample=finding.sample,
+            what=what,
+            dates=[day.isoformat() for day in finding.dates],
+            spark_jobs=spark_jobs,
+        ).to_metadata(),
     )
 
 

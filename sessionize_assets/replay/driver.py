@@ -9,7 +9,6 @@ dates decide; the lifecycle sensor asks for one snapshot run through the batch's
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -27,7 +26,13 @@ from dagster import (
     evaluate_automation_conditions,
 )
 
-from sessionize_assets.assets.keys import SNAPSHOT_KEY
+from sessionize_assets.assets.reports import (
+    EventDateMetadata,
+    RawBatchMetadata,
+    SessionDateMetadata,
+    SessionsRunMetadata,
+    SnapshotDayMetadata,
+)
 from sessionize_assets.definitions import (
     EVENTS_JOB,
     INGEST_JOB,
@@ -35,16 +40,17 @@ from sessionize_assets.definitions import (
     SESSIONS_JOB,
     resource_of,
 )
+from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.lake.writer_lock import lake_writer
 from sessionize_assets.partitions import RANGE_END, RANGE_START, contiguous_ranges
 from sessionize_assets.replay.results import (
-    batch_totals,
     failed_checks,
     first_error,
     flagged_partitions,
-    run_figure,
+    reported,
     run_succeeded,
     spark_jobs,
+    step_figures,
 )
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
@@ -135,7 +141,7 @@ class AutomationTicks:
             defs=self._defs, instance=self._instance, cursor=self._cursor
         )
         self._cursor = result.cursor
-        keys = result.get_requested_partitions(AssetKey("sessions"))
+        keys = result.get_requested_partitions(AssetKey(SESSIONS.name))
         return sorted(date.fromisoformat(key) for key in keys if key is not None)
 
 
@@ -207,10 +213,10 @@ class BatchDriver:
                 runs.append(_run(job, first, last, self.instance, {**tags, **(extra or {})}))
             return run_succeeded(runs[-1])
 
-        ok, raw = True, Counter[str]()
+        ok, batches = True, list[RawBatchMetadata]()
         if received is not None:
             ok = run(self.ingest, received[0].isoformat(), received[1].isoformat())
-            raw = batch_totals(runs[-1])
+            batches = reported(runs[-1], RawBatchMetadata)
         # Catching up, replay is the retry of what is behind: it asks the lake, with no backoff.
         events_ranges = (
             [
@@ -252,24 +258,27 @@ class BatchDriver:
         for range_tags in lifecycle_ranges if ok else []:
             ok = run(self.lifecycle, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
         failed = next((r for r in runs if not run_succeeded(r)), None)
+        sessions_figures = [f for r in runs for f in step_figures(r, SessionsRunMetadata)]
         return BatchOutcome(
             received=received,
             runs=len(runs),
             succeeded=ok,
             failed_job=failed.job_def.name if failed else None,
             error=(failed_checks(failed) or first_error(failed)) if failed else None,
-            lines=raw["lines"],
-            accepted=raw["accepted"],
-            rejected=raw["rejected"],
-            late_events=raw["late_events"],
-            event_dates_updated=sum(len(flagged_partitions(r, "events", "updated")) for r in runs),
-            session_dates_updated=sum(
-                len(flagged_partitions(r, "sessions", "updated")) for r in runs
+            lines=sum(batch.lines for batch in batches),
+            accepted=sum(batch.accepted for batch in batches),
+            rejected=sum(batch.rejected for batch in batches),
+            late_events=sum(batch.late_events for batch in batches),
+            event_dates_updated=sum(
+                len(flagged_partitions(r, EventDateMetadata, lambda m: m.updated)) for r in runs
             ),
-            users_recomputed=sum(run_figure(r, "sessions", "users_recomputed") for r in runs),
-            pairs_recomputed=sum(run_figure(r, "sessions", "pairs_recomputed") for r in runs),
+            session_dates_updated=sum(
+                len(flagged_partitions(r, SessionDateMetadata, lambda m: m.updated)) for r in runs
+            ),
+            users_recomputed=sum(f.users_recomputed for f in sessions_figures),
+            pairs_recomputed=sum(f.pairs_recomputed for f in sessions_figures),
             lifecycle_days=sum(
-                len(flagged_partitions(r, SNAPSHOT_KEY.path[-1], "rewritten")) for r in runs
+                len(flagged_partitions(r, SnapshotDayMetadata, lambda m: m.rewritten)) for r in runs
             ),
             spark_jobs=sum(spark_jobs(r) for r in runs),
             seconds=time.monotonic() - started,

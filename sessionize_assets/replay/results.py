@@ -1,22 +1,23 @@
-"""What an in-process run reports, read back: success, its failed checks or first error, the
-flagged partitions and figures its materializations carry, the Spark jobs it ran. `replay`,
-`rebuild` and the benchmarks read runs through these."""
+"""What a finished in-process run reports, read through the typed records its assets and
+checks wrote (`reports.py`, `CheckMetadata`): whether it succeeded, which checks failed and
+its first error, the partitions it reported with a flag, its steps' figures and Spark jobs.
+
+`replay`, `rebuild` and the benchmarks read their runs through these.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import date
+from typing import Any, TypeVar
 
-from dagster import (
-    AssetKey,
-    DagsterEventType,
-    ExecuteInProcessResult,
-)
+from dagster import AssetKey, DagsterEventType, ExecuteInProcessResult
 
-from sessionize_assets.assets.metadata import is_flagged
+from sessionize_assets.assets.reports import STEP_FIGURES, AssetRecord, StepFigures
+from sessionize_assets.checks.definitions import CheckMetadata
 
-# The asset of each step whose materializations carry the step's `run_spark_jobs`.
-JOB_REPORTERS = ("raw_events", "events", "user_identities", "sessions", "user_lifecycle_state")
+R = TypeVar("R", bound=AssetRecord)
+F = TypeVar("F", bound=StepFigures)
 
 
 def run_succeeded(result: ExecuteInProcessResult) -> bool:
@@ -27,12 +28,15 @@ def run_succeeded(result: ExecuteInProcessResult) -> bool:
 
 def failed_checks(result: ExecuteInProcessResult) -> str:
     """The checks of the run that failed, with their violations ('' when none did)."""
-    failed = [
-        f"check {e.asset_key.to_user_string()}:{e.check_name} failed "
-        f"({e.metadata['violations'].value if 'violations' in e.metadata else '?'} violations)"
-        for e in result.get_asset_check_evaluations()
-        if not e.passed
-    ]
+    failed = []
+    for evaluation in result.get_asset_check_evaluations():
+        if evaluation.passed:
+            continue
+        reported = CheckMetadata.in_metadata(evaluation.metadata)
+        failed.append(
+            f"check {evaluation.asset_key.to_user_string()}:{evaluation.check_name} failed "
+            f"({reported.violations if reported else '?'} violations)"
+        )
     return "; ".join(sorted(failed))
 
 
@@ -52,56 +56,55 @@ def first_error(result: ExecuteInProcessResult) -> str:
     return "the run failed"
 
 
-def batch_totals(result: ExecuteInProcessResult) -> Counter[str]:
-    """The lines, accepted, rejected and late events of the batches an ingest run read (its
-    `raw_events` materializations, one per batch)."""
-    totals: Counter[str] = Counter()
-    for event in result.get_asset_materialization_events():
-        if event.asset_key == AssetKey("raw_events"):
-            figures = {k: v.value for k, v in event.materialization.metadata.items()}
-            for name in ("lines", "accepted", "rejected", "late_events"):
-                totals[name] += _number(figures.get(name))
-    return totals
+def reported(result: ExecuteInProcessResult, record: type[R]) -> list[R]:
+    """Each materialization of `record`'s table that the run logged, read as `record`."""
+    return [record.from_metadata(metadata) for _, metadata in _materializations(result, record)]
 
 
-def flagged_partitions(result: ExecuteInProcessResult, asset: str, flag: str) -> list[date]:
-    """The partitions of `asset` that the run reported with the metadata entry `flag` true
-    (`updated`, `recomputed`, `changed`, `rewritten`)."""
+def flagged_partitions(
+    result: ExecuteInProcessResult, record: type[R], flag: Callable[[R], bool]
+) -> list[date]:
+    """The partitions of `record`'s table that the run reported with `flag` true (say
+    `lambda m: m.updated` for `EventDateMetadata`)."""
     return sorted(
         {
-            date.fromisoformat(event.partition or "")
-            for event in result.get_asset_materialization_events()
-            if event.asset_key == AssetKey(asset) and is_flagged(event.materialization, flag)
+            date.fromisoformat(partition or "")
+            for partition, metadata in _materializations(result, record)
+            if flag(record.from_metadata(metadata))
         }
     )
 
 
+def step_figures(result: ExecuteInProcessResult, figures: type[F]) -> list[F]:
+    """The run's figures of the step behind `figures` (one per run of the step that ran: on
+    the latest partition it reported)."""
+    return [
+        found
+        for _, metadata in _materializations(result, figures)
+        if (found := figures.in_metadata(metadata)) is not None
+    ]
+
+
 def spark_jobs(result: ExecuteInProcessResult) -> int:
-    """The Spark jobs a run started: its assets' (`run_spark_jobs`) and its check steps' (each
-    result of a step reports the `spark_jobs` its checks shared: counted once per step)."""
+    """The Spark jobs a run started: its asset steps' (`StepFigures.spark_jobs`) and its check
+    steps' (each result of a step reports the jobs its checks shared: counted once per step)."""
     checks = {
-        event.step_key: _number(evaluation.metadata["spark_jobs"].value)
+        event.step_key: reported.spark_jobs
         for event in result.all_events
         if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION
-        for evaluation in [event.asset_check_evaluation_data]
-        if "spark_jobs" in evaluation.metadata
+        for reported in [CheckMetadata.in_metadata(event.asset_check_evaluation_data.metadata)]
+        if reported is not None and reported.spark_jobs is not None
     }
     return sum(checks.values()) + sum(
-        run_figure(result, asset, "spark_jobs") for asset in JOB_REPORTERS
+        found.spark_jobs or 0 for figures in STEP_FIGURES for found in step_figures(result, figures)
     )
 
 
-def _number(value: object) -> int:
-    """A figure's metadata value: an int (a float is truncated), 0 for none."""
-    return int(value) if isinstance(value, int | float) else 0
-
-
-def run_figure(result: ExecuteInProcessResult, asset: str, name: str) -> int:
-    """A range run's figure over all its partitions (`run_<name>`, reported once), or 0."""
-    return sum(
-        _number(entry.value)
-        for event in result.get_asset_materialization_events()
-        if event.asset_key == AssetKey(asset)
-        for key, entry in event.materialization.metadata.items()
-        if key == f"run_{name}"
-    )
+def _materializations(
+    result: ExecuteInProcessResult, record: type[AssetRecord]
+) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    """The partition and metadata of each materialization of `record`'s table in the run."""
+    key = AssetKey(record.table.name)
+    for event in result.get_asset_materialization_events():
+        if event.asset_key == key:
+            yield event.partition, dict(event.materialization.metadata)

@@ -19,7 +19,7 @@ from dagster import (
 )
 
 from sessionize_assets.assets.keys import RAW_EVENTS_KEY, SESSIONS_KEY
-from sessionize_assets.assets.metadata import is_flagged
+from sessionize_assets.assets.reports import RawBatchMetadata, SessionDateMetadata
 from sessionize_assets.partitions import PARTITION_TAG, RANGE_START
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
@@ -75,9 +75,10 @@ def build_lifecycle_sensor(
                         # Each sessions date is reported with `changed`: did its rows change.
                         day = date.fromisoformat(materialization.partition or "")
                         reported.add(day)
-                        if is_flagged(materialization, "changed"):
+                        figures = SessionDateMetadata.in_metadata(materialization.metadata)
+                        if figures is not None and figures.changed:
                             changed.add(day)
-                elif not _dates(materialization, "touched_event_dates"):
+                elif not _touched_event_dates(materialization):
                     # A batch that touched no event date starts no sessions run: advance here.
                     triggered = True
         # A failed or canceled run left its days stale: the next range reports them again.
@@ -128,11 +129,11 @@ def _new_materializations(
     )
 
 
-def _dates(materialization: AssetMaterialization | None, field: str) -> list[date]:
-    """A metadata entry holding a JSON list of ISO dates."""
-    entry = materialization.metadata.get(field) if materialization else None
-    days = entry.value if entry is not None else None
-    return [date.fromisoformat(str(d)) for d in days] if isinstance(days, list) else []
+def _touched_event_dates(materialization: AssetMaterialization | None) -> list[str]:
+    """The event dates a batch's `raw_events` materialization says it touched (none when it
+    is not one of ingest's reports)."""
+    batch = RawBatchMetadata.in_metadata(materialization.metadata) if materialization else None
+    return batch.touched_event_dates if batch is not None else []
 
 
 def _failed_start(context: SensorEvaluationContext, job_name: str) -> date | None:

@@ -1,4 +1,5 @@
-"""What the sensors' tests share: a batch folder, a runless report, one tick of a sensor."""
+"""What the sensors' tests share: a batch folder, runless reports (as the assets write them),
+one tick of a sensor."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 
 from dagster import AssetMaterialization, SensorDefinition, build_sensor_context
 
+from sessionize_assets.assets.reports import RawBatchMetadata, SessionDateMetadata
 from sessionize_assets.definitions import EVENTS_JOB, INGEST_JOB, build_definitions
 from sessionize_assets.partitions import RANGE_END, RANGE_START
 
@@ -34,6 +36,35 @@ def ranges(result) -> list[tuple[str, str]]:
 def report(instance, asset: str, partition: str, **metadata) -> None:
     instance.report_runless_asset_event(
         AssetMaterialization(asset_key=asset, partition=partition, metadata=metadata)
+    )
+
+
+def batch_reported(instance, received: str, *, touched_event_dates: list[str]) -> None:
+    """A batch's `raw_events` materialization, as ingest reports it (the figures that the
+    lifecycle sensor does not read are placeholders)."""
+    report(
+        instance,
+        "raw_events",
+        received,
+        **RawBatchMetadata(
+            row_count=1, lines=1, accepted=1, rejected=0, late_events=0,
+            event_dates={day: 1 for day in touched_event_dates}, lateness={"0": 1},
+            summary="", files=1, ignored_files=[], batch_fingerprint="f", batch_bytes=1,
+            uri="file:///lake/raw_events", delta_version=1, index_version=1,
+            touched_event_dates=touched_event_dates,
+        ).to_metadata(),
+    )  # fmt: skip
+
+
+def sessions_reported(instance, day: str, *, changed: bool) -> None:
+    """A session date's `sessions` materialization, as a sessions run reports it."""
+    report(
+        instance,
+        "sessions",
+        day,
+        **SessionDateMetadata(
+            row_count=1, changed=changed, updated=True, recomputed=False, delta_version=1
+        ).to_metadata(),
     )
 
 

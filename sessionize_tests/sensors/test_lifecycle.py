@@ -16,7 +16,7 @@ from sessionize_assets.definitions import (
     build_definitions,
 )
 from sessionize_assets.partitions import RANGE_END, RANGE_START
-from sessionize_tests.sensors.support import report, tick
+from sessionize_tests.sensors.support import batch_reported, report, sessions_reported, tick
 
 
 def test_lifecycle_sensor_asks_for_the_days_not_computed_and_from_the_sessions_reported_again(
@@ -28,11 +28,11 @@ def test_lifecycle_sensor_asks_for_the_days_not_computed_and_from_the_sessions_r
         assert tick(sensor, defs, instance).skip_reason
         for day in ("2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"):
             report(instance, "user_lifecycle_snapshot", day)
-        report(instance, "raw_events", "2026-01-05", touched_event_dates=["2026-01-05"])
+        batch_reported(instance, "2026-01-05", touched_event_dates=["2026-01-05"])
         # A range run over the 1st..6th: sessions changed on the 2nd (late) and the 6th (ahead
         # of every batch: no snapshot yet); the other dates are reported unchanged.
         for day in range(1, 7):
-            report(instance, "sessions", f"2026-01-0{day}", changed=day in (2, 6))
+            sessions_reported(instance, f"2026-01-0{day}", changed=day in (2, 6))
         # A sessions run still going may not have reported every date it changed: wait for it.
         going = instance.add_run(
             DagsterRun(
@@ -54,7 +54,7 @@ def test_lifecycle_sensor_asks_for_the_days_not_computed_and_from_the_sessions_r
         assert again.run_requests == [] and again.skip_reason
 
         # A batch that touched no event date starts no sessions run: the sensor extends itself.
-        report(instance, "raw_events", "2026-01-06", touched_event_dates=[])
+        batch_reported(instance, "2026-01-06", touched_event_dates=[])
         result = tick(sensor, defs, instance, cursor=cursor)
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
             ("2026-01-05", "2026-01-06")
@@ -66,7 +66,7 @@ def test_lifecycle_sensor_asks_for_the_days_not_computed_and_from_the_sessions_r
         for day in ("2026-01-05", "2026-01-06"):
             report(instance, "user_lifecycle_snapshot", day)
         for changed in (True, False):
-            report(instance, "sessions", "2026-01-03", changed=changed)
+            sessions_reported(instance, "2026-01-03", changed=changed)
             result = tick(sensor, defs, instance, cursor=cursor)
             assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
                 ("2026-01-03", "2026-01-06")
@@ -80,7 +80,7 @@ def test_lifecycle_sensor_starts_the_next_range_where_a_failed_run_started(setti
     defs = build_definitions(settings, spark_ui=False)
     sensor = defs.resolve_sensor_def("lifecycle_sensor")
     with instance_for_test() as instance:
-        report(instance, "raw_events", "2026-01-05", touched_event_dates=["2026-01-05"])
+        batch_reported(instance, "2026-01-05", touched_event_dates=["2026-01-05"])
         for day in ("2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"):
             report(instance, "user_lifecycle_snapshot", day)
         first = tick(sensor, defs, instance)
@@ -96,7 +96,7 @@ def test_lifecycle_sensor_starts_the_next_range_where_a_failed_run_started(setti
         )
         assert not failed.success
 
-        report(instance, "sessions", "2026-01-05", changed=True)
+        sessions_reported(instance, "2026-01-05", changed=True)
         result = tick(sensor, defs, instance, cursor=first.cursor)
         assert [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests] == [
             ("2026-01-03", "2026-01-05")
