@@ -23,9 +23,10 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, IntMetadataValue
+from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
+from sessionize_assets.assets.reports import STEP_FIGURES
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.resources.spark import SERVER_TAG_MARK
 from sessionize_assets.settings import Settings
@@ -154,14 +155,16 @@ def _server_jobs_by_step(settings: Settings) -> Counter:
 
 
 def _reported_jobs(instance: DagsterInstance, asset: str, run_ids: set[str]) -> int:
-    """The Spark jobs the runs `run_ids` reported for `asset`'s step (`run_spark_jobs`)."""
+    """The Spark jobs the runs `run_ids` reported for `asset`'s step (its `StepFigures`)."""
+    (figures,) = [step for step in STEP_FIGURES if step.table.name == asset]
     records = instance.fetch_materializations(AssetKey(asset), limit=1000).records
-    figures = [
-        record.asset_materialization.metadata.get("run_spark_jobs")
+    return sum(
+        found.spark_jobs or 0
         for record in records
         if record.run_id in run_ids and record.asset_materialization is not None
-    ]
-    return sum(entry.value or 0 for entry in figures if isinstance(entry, IntMetadataValue))
+        for found in [figures.in_metadata(record.asset_materialization.metadata)]
+        if found is not None
+    )
 
 
 def _new_runs(server: DagsterDev, before: set[str]) -> list[dict]:
