@@ -50,11 +50,30 @@ def _worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
     return records[0].event_log_entry.dagster_event.pid
 
 
+def _launched_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
+    """The pid of the run's process before it writes RUN_START: the default launcher's process
+    says "Started process for run (pid: N)" first, an engine event with the metadata `pid`."""
+    for record in instance.get_records_for_run(
+        run.run_id, of_type=DagsterEventType.ENGINE_EVENT
+    ).records:
+        event = record.event_log_entry.dagster_event
+        data = event.engine_event_data if event is not None else None
+        entry = data.metadata.get("pid") if data is not None else None
+        if entry is not None and str(entry.value).isdigit():
+            return int(str(entry.value))
+    return None
+
+
 def is_dead(instance: DagsterInstance, run: DagsterRun) -> bool:
-    """Whether a STARTED run's process is gone from this machine."""
-    if run.status != DagsterRunStatus.STARTED:
+    """Whether a STARTED or STARTING run's process is gone from this machine. A run killed
+    while STARTING (between its process's start and RUN_START: a machine's restart can land
+    there) would otherwise wait for run monitoring's start timeout."""
+    if run.status == DagsterRunStatus.STARTED:
+        pid = _worker_pid(instance, run)
+    elif run.status == DagsterRunStatus.STARTING:
+        pid = _launched_pid(instance, run)
+    else:
         return False
-    pid = _worker_pid(instance, run)
     return pid is not None and pid != os.getpid() and not _process_exists(pid)
 
 

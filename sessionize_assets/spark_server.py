@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -38,6 +39,8 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # The server JVM starts, loads Spark and binds its port in about 5-10 s on 2 cores.
 START_TIMEOUT_SECONDS = 180.0
 STOP_TIMEOUT_SECONDS = 30.0
+# How often `sessionize dev` looks whether its server is still running.
+KEEP_UP_POLL_SECONDS = 1.0
 # The server's own settings: where it listens and how much heap its driver has. Not sent by a
 # client (a Connect client cannot change them).
 GRPC_HOST = "spark.connect.grpc.binding.address"
@@ -150,7 +153,12 @@ def server_environment(environ: Mapping[str, str] | None = None) -> dict[str, st
 @contextmanager
 def running_server(settings: Settings, *, log_path: Path | None) -> Iterator[str]:
     """Start the server, wait until it answers, yield the address of the session the runs
-    share (`shared_session_address`); stop it on exit.
+    share (`shared_session_address`); keep it up meanwhile; stop it on exit.
+
+    Kept up: a server that exits (killed, out of memory) is started again on the same port
+    within a second or two of it, and says so in its output. The runs it was serving fail,
+    and run retries and the sensors take them up again (`docs/orchestration.md`); without it
+    every run after would fail until a person restarted `sessionize dev`.
 
     Its output goes to `log_path` (which an error quotes), or to this process's. It is stopped
     with this process even when this one is killed (Linux: the parent-death signal).
@@ -166,26 +174,67 @@ def running_server(settings: Settings, *, log_path: Path | None) -> Iterator[str
             f"{host}:{port} is already taken: stop what listens there, or set "
             "SESSIONIZE_SPARK_SERVER_PORT to a free port"
         )
-    with ExitStack() as files:
-        log = None
-        if log_path is not None:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = files.enter_context(log_path.open("ab"))
-        # Its own process group (spark-submit execs the JVM, which starts the Python workers):
-        # the terminal's Ctrl-C reaches this process, which stops the server last.
-        process = subprocess.Popen(
-            server_command(settings),
-            env=server_environment(),
-            stdout=log,
-            stderr=subprocess.STDOUT if log else None,
-            start_new_session=True,
-            preexec_fn=_stop_with_parent,
-        )
+    server = _ServerProcess(settings, log_path=log_path)
+    stopping = threading.Event()
+    keeper = threading.Thread(target=server.keep_up, args=(stopping,), daemon=True)
     try:
-        _wait_until_answering(process, host, port, log_path)
+        server.start()
+        keeper.start()
         yield shared_session_address(address)
     finally:
-        stop_process_group(process, timeout=STOP_TIMEOUT_SECONDS)
+        stopping.set()
+        if keeper.is_alive():
+            keeper.join()
+        server.stop()
+
+
+class _ServerProcess:
+    """The server's process: started (and started again) with the same command and port."""
+
+    def __init__(self, settings: Settings, *, log_path: Path | None) -> None:
+        self._settings = settings
+        self._log_path = log_path
+        self._host, self._port = connect_address(server_address(settings))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with ExitStack() as files:
+            log = None
+            if self._log_path is not None:
+                self._log_path.parent.mkdir(parents=True, exist_ok=True)
+                log = files.enter_context(self._log_path.open("ab"))
+            # Its own process group (spark-submit execs the JVM, which starts the Python
+            # workers): the terminal's Ctrl-C reaches this process, which stops the server last.
+            self._process = subprocess.Popen(
+                server_command(self._settings),
+                env=server_environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT if log else None,
+                start_new_session=True,
+                preexec_fn=_stop_with_parent,
+            )
+        _wait_until_answering(self._process, self._host, self._port, self._log_path)
+
+    def keep_up(self, stopping: threading.Event) -> None:
+        """Until `stopping` is set: start the server again whenever it has exited."""
+        while not stopping.wait(KEEP_UP_POLL_SECONDS):
+            process = self._process
+            if process is None or process.poll() is None:
+                continue
+            self._say(f"the Spark Connect server exited with {process.returncode}: starting it")
+            try:
+                self.start()
+            except SparkServerError as error:  # tried again at the next poll
+                self._say(f"the Spark Connect server did not start again: {error}")
+            else:
+                self._say(f"the Spark Connect server is up again on {self._host}:{self._port}")
+
+    def stop(self) -> None:
+        if self._process is not None:
+            stop_process_group(self._process, timeout=STOP_TIMEOUT_SECONDS)
+
+    def _say(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
 
 def _stop_with_parent() -> None:

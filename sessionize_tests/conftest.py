@@ -118,6 +118,7 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "SESSIONIZE_JVM_CLASS_ARCHIVE": str(settings.jvm_class_archive or "off"),
         "SESSIONIZE_MAINTENANCE_CRON": settings.maintenance_cron or "off",
         "SESSIONIZE_SENSOR_INTERVAL_SECONDS": str(settings.sensor_interval_seconds),
+        "SESSIONIZE_RETRY_BACKOFF_SECONDS": str(settings.retry_backoff.total_seconds()),
     }
 
 

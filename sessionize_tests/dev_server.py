@@ -23,7 +23,6 @@ from sessionize_assets.spark_server import stop_process_group
 from sessionize_assets.workspace import CODE_LOCATION, workspace_yaml
 
 REPOSITORY = "__repository__"
-ASSET_JOB = "__ASSET_JOB"
 T = TypeVar("T")
 
 
@@ -91,7 +90,7 @@ class DagsterDev:
         workspace = self.workdir / "workspace.yaml"
         workspace.write_text(workspace_yaml())
         program = Path(sys.executable).with_name(self.program)
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("ab") as log:
             # A new session, so stop() can signal the whole tree (webserver, daemon, code server).
             self._process = subprocess.Popen(
                 [
@@ -116,6 +115,15 @@ class DagsterDev:
         if self._process is not None:
             stop_process_group(self._process, timeout=timeout)
         self._process = None
+
+    @property
+    def session(self) -> int:
+        """The session (and process group) of the tree: its first process's pid."""
+        assert self._process is not None, "dagster dev is not started"
+        return self._process.pid
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():
@@ -168,8 +176,8 @@ class DagsterDev:
 
     # The calls the UI makes.
 
-    def materialize(self, *, assets: list[str], partition: str) -> str:
-        """The asset page's Materialize button for one partition; returns the run id."""
+    def launch_job(self, job: str) -> str:
+        """The Launchpad's Launch Run for an unpartitioned job; returns the run id."""
         data = self.graphql(
             """
             mutation Launch($params: ExecutionParams!) {
@@ -177,7 +185,6 @@ class DagsterDev:
                 __typename
                 ... on LaunchRunSuccess { run { runId } }
                 ... on PythonError { message }
-                ... on InvalidSubsetError { message }
                 ... on RunConfigValidationInvalid { errors { message } }
               }
             }
@@ -187,18 +194,13 @@ class DagsterDev:
                     "selector": {
                         "repositoryLocationName": CODE_LOCATION,
                         "repositoryName": REPOSITORY,
-                        "pipelineName": ASSET_JOB,
-                        "assetSelection": [{"path": [key]} for key in assets],
-                        "assetCheckSelection": [],
-                    },
-                    "executionMetadata": {
-                        "tags": [{"key": "dagster/partition", "value": partition}]
-                    },
+                        "pipelineName": job,
+                    }
                 }
             },
         )["launchPipelineExecution"]
         if data["__typename"] != "LaunchRunSuccess":
-            raise DevServerError(f"launching {assets} for {partition} failed: {data}")
+            raise DevServerError(f"launching {job} failed: {data}")
         return data["run"]["runId"]
 
     def launch_backfill(self, *, assets: list[str], partitions: list[str]) -> str:

@@ -12,23 +12,18 @@ from pyspark.sql import Row
 
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
     EVENTS,
-    LANDING_BATCHES,
     REJECTED_EVENTS,
     SESSION_CHANGES,
     SESSION_QUARANTINE,
     SESSIONS,
     USER_IDENTITIES,
     USER_LIFECYCLE_SNAPSHOT,
-    USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.lifecycle import states_by_day
-from sessionize_assets.transforms.lifecycle_states import OPEN_END
 from sessionize_tests.driver import BatchRun, process_batch
-from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
+from sessionize_tests.full_recompute import assert_lifecycle_equals_full_recompute
 from sessionize_tests.reference import (
     SESSION_ATTRIBUTES,
     reference_identities,
@@ -43,38 +38,6 @@ D = date(2026, 1, 10)
 
 def day(offset: int) -> date:
     return D + timedelta(days=offset)
-
-
-def intervals(store: DeltaStore) -> set[tuple]:
-    """user_lifecycle_state as (user, state, valid_from, valid_to), None for an open stretch."""
-    return {
-        (r.user_id, r.state, r.valid_from, None if r.valid_to == OPEN_END else r.valid_to)
-        for r in table_rows(store, USER_LIFECYCLE_STATE)
-    }
-
-
-def assert_lifecycle_equals_full_recompute(
-    store: DeltaStore, *, start: date, session_days: list[tuple[str, date]]
-) -> None:
-    """SPEC §4 from the start date through the latest batch: the intervals, each user's state
-    on each day (the per-day view of the intervals), and the snapshot."""
-    # SPEC §4: through the latest received day ingested, an empty batch included.
-    end = max(date.fromisoformat(d) for d in store.row_counts(LANDING_BATCHES))
-    expected_states, expected_rows = lifecycle_reference(
-        session_days=session_days, start=start, end=end
-    )
-    assert intervals(store) == reference_intervals(expected_states, end=end)
-    by_day = states_by_day(store.read(USER_LIFECYCLE_STATE), first_date=start, last_date=end)
-    states = {
-        (r.snapshot_date, r.user_id): (r.state, r.state_since, r.days_in_state)
-        for r in by_day.collect()
-    }
-    assert states == expected_states
-    rows = sorted(
-        (r.snapshot_date, r.state, r.users, r.entered, r.exited)
-        for r in table_rows(store, USER_LIFECYCLE_SNAPSHOT)
-    )
-    assert rows == expected_rows
 
 
 class Pipeline:

@@ -34,24 +34,19 @@ from sessionize_assets.lake.tables import (
     SESSION_CHANGES,
     SESSION_QUARANTINE,
     SESSIONS,
-    USER_IDENTITIES,
     USER_LIFECYCLE_SNAPSHOT,
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import PARTITION_TAG, RANGE_END, RANGE_START, days_between
 from sessionize_assets.pipeline.stitching import RELABEL_COMMIT
 from sessionize_assets.replay.command import replay
-from sessionize_assets.resources.lake import STORES
 from sessionize_tests.conftest import make_settings
-from sessionize_tests.harness import assert_lifecycle_equals_full_recompute
-from sessionize_tests.reference import (
-    SESSION_ATTRIBUTES,
-    reference_identities,
-    reference_sessions,
-    reference_validate,
-    stitched,
+from sessionize_tests.full_recompute import (
+    assert_tables_equal_the_full_recompute as assert_full_recompute,
 )
-from sessionize_tests.table_rows import table_rows
+from sessionize_tests.reference import (
+    reference_validate,
+)
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -122,62 +117,7 @@ def test_tables_equal_the_full_recompute(replayed, spark):
 
 
 def assert_tables_equal_the_full_recompute(settings, spark) -> None:
-    store = STORES[settings.lake_backend](spark=spark, lake=settings.lake)
-    ref = reference_validate(settings.landing_dir, START)
-    events = {
-        r.event_id: (r.user_id, r.event_ts, r.received_date) for r in table_rows(store, EVENTS)
-    }
-    assert events == {
-        k: (a.user_key, a.ts.replace(tzinfo=None), a.received_date) for k, a in ref.winners.items()
-    }
-    rejected = Counter(r.reason for r in table_rows(store, REJECTED_EVENTS))
-    assert rejected == ref.rejections
-    identities = reference_identities(ref.winners)
-    assert {
-        r.anonymous_id: (r.user_id, r.identified_at) for r in table_rows(store, USER_IDENTITIES)
-    } == {k: (i.user_id, i.identified_at.replace(tzinfo=None)) for k, i in identities.items()}
-
-    expected = sorted(
-        (
-            s.user_id,
-            s.session_start.replace(tzinfo=None),
-            s.session_end.replace(tzinfo=None),
-            s.event_count,
-            s.session_number,
-            s.is_quarantined,
-            *(s.attributes[name] for name in SESSION_ATTRIBUTES),
-            stitched(s.user_id, identities),
-        )
-        for s in reference_sessions(
-            ref.winners,
-            gap=settings.session_gap,
-            max_length=settings.max_session_length,
-            conversion_events=settings.conversion_events,
-        )
-    )
-    sessions = table_rows(store, SESSIONS)
-    got = sorted(
-        (
-            r.user_id,
-            r.session_start,
-            r.session_end,
-            r.event_count,
-            r.session_number,
-            r.is_quarantined,
-            *(r[name] for name in SESSION_ATTRIBUTES),
-            r.stitched_user_id,
-        )
-        for r in sessions
-    )
-    assert got == expected
-    assert_lifecycle_equals_full_recompute(
-        store,
-        start=START,
-        session_days=[(s[0], s[1].date()) for s in expected],
-    )
-    quarantined = sorted(r.session_id for r in table_rows(store, SESSION_QUARANTINE))
-    flagged = sorted(r.session_id for r in sessions if r.is_quarantined)
-    assert quarantined == flagged and len(flagged) > 0
+    assert_full_recompute(settings, spark, start=START)
 
 
 def test_an_at_once_replay_leaves_the_full_recompute_and_true_metadata(spark, tmp_path):

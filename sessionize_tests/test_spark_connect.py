@@ -11,14 +11,18 @@ maintenance job leave them so.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
+import time
 from datetime import date
 from pathlib import Path
 
 import pytest
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
+from sessionize_assets.resources.spark import answers
 from sessionize_assets.spark_server import running_server
 from sessionize_tests.conftest import (
     make_settings,
@@ -27,6 +31,7 @@ from sessionize_tests.conftest import (
     settings_environment,
 )
 from sessionize_tests.dev_server import free_port
+from sessionize_tests.soak.processes import command_lines
 from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).
@@ -104,11 +109,35 @@ def test_the_maintenance_job_over_the_server_keeps_every_row(served, spark):
     assert_tables_equal_the_full_recompute(settings, spark)
 
 
+COUNT = """
+import os
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote(os.environ["SESSIONIZE_SPARK_MASTER"]).getOrCreate()
+print("rows", spark.range(3).count())
+"""
+
+
+def test_a_killed_server_is_started_again_on_its_port(served):
+    """The server dies (SIGKILL, as the OOM killer does): `running_server` starts it again on
+    the same port, and a client reaches it at the same address (the soak found every run
+    failing until a person restarted `sessionize dev`)."""
+    settings, env, root, _ = served
+    port = settings.spark_server_port
+    (killed,) = _server_pids(port)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while not (_server_pids(port) not in ([], [killed]) and answers("127.0.0.1", port)):
+        assert time.monotonic() < deadline, "the server was not started again within 120 s"
+        time.sleep(0.5)
+    output = run_command([sys.executable, "-c", COUNT], env=env, cwd=root, timeout=TIMEOUT)
+    assert "rows 3" in output, output
+
+
 def _server_pids(port: int) -> list[int]:
     """The JVMs of Spark Connect servers bound to `port`."""
     return [
         pid
-        for pid, args in _processes()
+        for pid, args in command_lines().items()
         if "SparkConnectServer" in args and f"spark.connect.grpc.binding.port={port}" in args
     ]
 
@@ -116,7 +145,7 @@ def _server_pids(port: int) -> list[int]:
 def _python_daemons() -> list[tuple[int, int]]:
     """(pid, parent pid) of every pyspark Python worker daemon on the machine."""
     found = []
-    for pid, args in _processes():
+    for pid, args in command_lines().items():
         if "pyspark.daemon" in args:
             try:
                 stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -124,14 +153,3 @@ def _python_daemons() -> list[tuple[int, int]]:
                 continue
             found.append((pid, int(stat[1])))
     return found
-
-
-def _processes() -> list[tuple[int, str]]:
-    listed = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile
-            continue
-        listed.append((int(cmdline.parent.name), args))
-    return listed

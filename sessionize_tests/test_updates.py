@@ -30,13 +30,8 @@ from sessionize_assets.pipeline.lifecycle import update_lifecycle
 from sessionize_assets.pipeline.sessions import update_sessions
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_tests.driver import process_batch
-from sessionize_tests.harness import (
-    Killed,
-    KilledBeforeCommitTo,
-    Pipeline,
-    day,
-    intervals,
-)
+from sessionize_tests.full_recompute import intervals
+from sessionize_tests.harness import Killed, KilledBeforeCommitTo, Pipeline, day
 
 # Minutes of batches in all: started first (conftest.py).
 pytestmark = pytest.mark.slow
