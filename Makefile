@@ -31,7 +31,7 @@ S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
 # again after an install (another pyspark is another class path).
 JVM_ARCHIVE := jars/spark-driver.jsa
 
-.PHONY: help java jars jvm-archive demo demo-day test lint format ui screenshot bench bench-small bench-daemon clean
+.PHONY: help java jars jvm-archive demo demo-day test lint format ui screenshot bench bench-small bench-daemon soak clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
@@ -42,6 +42,7 @@ help:
 	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick for a few minutes)"
 	@echo "make bench-small  a small batch against a bare PySpark full recompute, by phase"
 	@echo "make bench-daemon  the UI's runs (sessionize dev) against the same batches in one process"
+	@echo "make soak   30 batches under sessionize dev with its processes killed (SOAK_ARGS=--seed N)"
 	@echo "make jars   fetch the Delta Lake and S3 connector jars from Maven Central (make test does)"
 	@echo "make jvm-archive  the class archive new Spark drivers start from (make test and make ui do)"
 
@@ -179,6 +180,13 @@ bench-small: java jars $(STAMP)
 # replay`); --classic-daemon adds plain `dagster dev`, a JVM per run (docs/spark-server.md).
 bench-daemon: java $(STAMP) $(JVM_ARCHIVE)
 	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/bench_daemon.py $(BENCH_DAEMON_ARGS)
+
+# A month of operation under `sessionize dev`, its run workers, daemon, Spark server and whole
+# tree killed on the way; the tables must end equal to the full recompute (docs/testing.md).
+# Long by design (about an hour), not part of make test. SOAK_ARGS=--seed N repeats a soak.
+SOAK_ARGS ?=
+soak: java jars $(STAMP) $(JVM_ARCHIVE)
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m sessionize_tests.soak.driver $(SOAK_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) $(DAGSTER_HOME_DIR) spark-warehouse .pytest_cache .ruff_cache

@@ -1,0 +1,69 @@
+"""The soak's fault points, in every Python process of the `dagster dev` tree it starts.
+
+Python imports `sitecustomize` at startup from the path; the soak puts this folder first on
+the `PYTHONPATH` of `dagster dev`, whose run workers inherit it. With `SESSIONIZE_SOAK_FAULTS`
+unset it does nothing. Set to a folder, it wraps the two library calls where a run's work
+becomes durable, without replacing any of sessionize's own code:
+
+- delta-rs's `DeltaTable.create_write_transaction`, every commit of the embedded store: the
+  points `before-commit:<table>` (Spark has written the files, the log does not name them yet)
+  and `after-commit:<table>` (the commit is made, the next one of the step is not);
+- delta-rs's `DeltaTable.vacuum`, maintenance's: the point `vacuum:<table>`, where half the
+  files the vacuum would delete are deleted first, as a vacuum killed half-way leaves them.
+
+A point is armed by a file `<folder>/armed/<point>`. The first process to reach an armed point
+renames it to `<folder>/hit/<point>@<pid>` (a rename is atomic: one process wins) and sleeps
+there until the soak kills it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+FAULTS = os.environ.get("SESSIONIZE_SOAK_FAULTS")
+
+
+def _pause_if_armed(point: str) -> None:
+    assert FAULTS is not None
+    folder = Path(FAULTS)
+    try:
+        (folder / "armed" / point).rename(folder / "hit" / f"{point}@{os.getpid()}")
+    except FileNotFoundError:
+        return
+    while True:  # until the soak's SIGKILL
+        time.sleep(60)
+
+
+def _install() -> None:
+    from deltalake import DeltaTable
+
+    commit, vacuum = DeltaTable.create_write_transaction, DeltaTable.vacuum
+
+    def create_write_transaction(self: DeltaTable, *args: Any, **kwargs: Any) -> Any:
+        table = self.table_uri.rstrip("/").rsplit("/", 1)[-1]
+        _pause_if_armed(f"before-commit:{table}")
+        result = commit(self, *args, **kwargs)
+        _pause_if_armed(f"after-commit:{table}")
+        return result
+
+    def vacuum_half_way(self: DeltaTable, *args: Any, **kwargs: Any) -> Any:
+        table = self.table_uri.rstrip("/").rsplit("/", 1)[-1]
+        point = f"vacuum:{table}"
+        if (Path(FAULTS or "") / "armed" / point).exists():
+            doomed = vacuum(self, *args, **{**kwargs, "dry_run": True})
+            root = self.table_uri.removeprefix("file://").rstrip("/")
+            for name in doomed[: len(doomed) // 2]:
+                Path(root, name).unlink(missing_ok=True)
+            _pause_if_armed(point)
+        return vacuum(self, *args, **kwargs)
+
+    # The point of the hook: the library's own methods, wrapped in every process of the tree.
+    DeltaTable.create_write_transaction = create_write_transaction  # type: ignore[method-assign]
+    DeltaTable.vacuum = vacuum_half_way  # type: ignore[method-assign]
+
+
+if FAULTS:
+    _install()
