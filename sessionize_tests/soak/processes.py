@@ -36,7 +36,8 @@ def session_of(pid: int) -> int | None:
 def daemon_pid(session: int) -> int | None:
     """The `dagster-daemon run` process of the `dagster dev` started as session `session`."""
     for pid, line in command_lines().items():
-        daemon = "dagster-daemon run" in line or "dagster_daemon run" in line
+        # Under `dagster dev`: `python -m dagster._daemon run`; alone: `dagster-daemon run`.
+        daemon = "dagster._daemon run" in line or "dagster-daemon run" in line
         if daemon and session_of(pid) == session:
             return pid
     return None
