@@ -20,8 +20,8 @@ folders one by one, as a collector does. On the way, from the seed it prints:
 Then it waits until nothing is queued or running and the lake says nothing is behind, stops
 `sessionize dev`, and compares every table with the full recompute. It prints the faults
 injected, the runs failed and retried, the seconds to converge and every difference, and exits
-non-zero on a difference, on a failed run that nothing took up again, or when it does not
-converge.
+non-zero on a difference, on a failed run that nothing took up again, on a fault it could not
+inject, or when it does not converge.
 """
 
 from __future__ import annotations
@@ -122,6 +122,7 @@ class SoakReport:
             self.converge_seconds is not None
             and not self.differences
             and not self.failed_not_taken_up
+            and not self.missed
         )
 
     def lines(self) -> Iterator[str]:
@@ -329,8 +330,13 @@ class Soak:
         if fault.kind == "step":
             self._kill_in_step(fault.target)
             return
-        # Somewhere in the batch's runs: after a few seconds of them.
-        self._wait(lambda: None, seconds=self.draw.uniform(2.0, 15.0))
+        if fault.kind == "restart" and not self.restarts:
+            # The first restart while a run starts (its worker up, RUN_START not yet written):
+            # the batch's ingest run, a few seconds after its folder landed.
+            self._wait(self._run_starting, seconds=STEP_TIMEOUT, every=0.1)
+        else:
+            # Somewhere in the batch's runs: after a few seconds of them.
+            self._wait(lambda: None, seconds=self.draw.uniform(2.0, 15.0))
         if fault.kind == "daemon":
             killed = processes.kill(processes.daemon_pid(self.dev.session))
             self._note(fault, killed, "the daemon")
@@ -339,9 +345,6 @@ class Soak:
             killed = processes.kill(processes.spark_server_pid(self.settings.spark_server_port))
             self._note(fault, killed, "the Spark Connect server")
         elif fault.kind == "restart":
-            if not self.restarts:
-                # The first while a run starts: its worker is up, without RUN_START yet.
-                self._wait(self._run_starting, seconds=STEP_TIMEOUT, every=0.1)
             self.restarts += 1
             self._kill_tree()
             self._note(fault, True, "the whole process tree")
