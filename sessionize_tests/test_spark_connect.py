@@ -31,7 +31,7 @@ from sessionize_tests.conftest import (
     settings_environment,
 )
 from sessionize_tests.dev_server import free_port
-from sessionize_tests.soak.processes import command_lines
+from sessionize_tests.soak.processes import command_lines, spark_server_pids
 from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
 
 # Minutes of end-to-end runs: started first (conftest.py).
@@ -76,7 +76,7 @@ def test_a_replay_over_the_server_equals_the_full_recompute(served, spark):
 
 def test_the_runs_share_one_python_daemon_of_the_server(served):
     settings, *_ = served
-    (server,) = _server_pids(settings.spark_server_port)
+    (server,) = spark_server_pids(settings.spark_server_port)
     daemons = [pid for pid, parent in _python_daemons() if parent == server]
     # One for the shared session: a session per run would leave one per ingest run (four).
     assert len(daemons) == 1, daemons
@@ -123,23 +123,14 @@ def test_a_killed_server_is_started_again_on_its_port(served):
     failing until a person restarted `sessionize dev`)."""
     settings, env, root, _ = served
     port = settings.spark_server_port
-    (killed,) = _server_pids(port)
+    (killed,) = spark_server_pids(port)
     os.kill(killed, signal.SIGKILL)
     deadline = time.monotonic() + 120
-    while not (_server_pids(port) not in ([], [killed]) and answers("127.0.0.1", port)):
+    while not (spark_server_pids(port) not in ([], [killed]) and answers("127.0.0.1", port)):
         assert time.monotonic() < deadline, "the server was not started again within 120 s"
         time.sleep(0.5)
     output = run_command([sys.executable, "-c", COUNT], env=env, cwd=root, timeout=TIMEOUT)
     assert "rows 3" in output, output
-
-
-def _server_pids(port: int) -> list[int]:
-    """The JVMs of Spark Connect servers bound to `port`."""
-    return [
-        pid
-        for pid, args in command_lines().items()
-        if "SparkConnectServer" in args and f"spark.connect.grpc.binding.port={port}" in args
-    ]
 
 
 def _python_daemons() -> list[tuple[int, int]]:

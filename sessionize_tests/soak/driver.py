@@ -459,23 +459,22 @@ class Soak:
         return None
 
     def _count_runs(self) -> None:
-        runs = self.instance.get_runs()
+        """The runs by status, the retries, and the failed runs nothing took up again: no
+        retry of them, and no success of their job created after them."""
+        records = self.instance.get_run_records()
+        runs = [record.dagster_run for record in records]
         self.report.runs = Counter(run.status.value for run in runs)
         retried = {run.tags.get("dagster/parent_run_id") for run in runs}
         self.report.retries = sum("dagster/parent_run_id" in run.tags for run in runs)
         succeeded_later: dict[str, float] = {}
-        for run in runs:
-            record = self.instance.get_run_record_by_id(run.run_id)
-            if run.status == DagsterRunStatus.SUCCESS and record is not None:
-                succeeded_later[run.job_name] = max(
-                    succeeded_later.get(run.job_name, 0.0), record.create_timestamp.timestamp()
-                )
-        for run in runs:
-            if run.status != DagsterRunStatus.FAILURE or run.run_id in retried:
-                continue
-            record = self.instance.get_run_record_by_id(run.run_id)
-            created = record.create_timestamp.timestamp() if record else 0.0
-            if succeeded_later.get(run.job_name, 0.0) < created:
+        for record in records:
+            run, created = record.dagster_run, record.create_timestamp.timestamp()
+            if run.status == DagsterRunStatus.SUCCESS:
+                succeeded_later[run.job_name] = max(succeeded_later.get(run.job_name, 0.0), created)
+        for record in records:
+            run, created = record.dagster_run, record.create_timestamp.timestamp()
+            failed = run.status == DagsterRunStatus.FAILURE and run.run_id not in retried
+            if failed and succeeded_later.get(run.job_name, 0.0) < created:
                 self.report.failed_not_taken_up.append(f"{run.job_name} {run.run_id}")
 
     def _compare(self, spark: SparkSession | None) -> list[str]:

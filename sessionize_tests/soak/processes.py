@@ -43,12 +43,18 @@ def daemon_pid(session: int) -> int | None:
     return None
 
 
+def spark_server_pids(port: int) -> list[int]:
+    """The JVMs of Spark Connect servers listening on `port` (one, when all is well)."""
+    return [
+        pid
+        for pid, line in command_lines().items()
+        if SERVER_CLASS in line and f"{GRPC_PORT}={port}" in line and "java" in line
+    ]
+
+
 def spark_server_pid(port: int) -> int | None:
     """The Spark Connect server's JVM listening on `port`."""
-    for pid, line in command_lines().items():
-        if SERVER_CLASS in line and f"{GRPC_PORT}={port}" in line and "java" in line:
-            return pid
-    return None
+    return next(iter(spark_server_pids(port)), None)
 
 
 def worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
