@@ -64,14 +64,28 @@ def _launched_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
     return None
 
 
-def is_dead(instance: DagsterInstance, run: DagsterRun) -> bool:
-    """Whether a STARTED or STARTING run's process is gone from this machine. A run killed
-    while STARTING (between its process's start and RUN_START: a machine's restart can land
-    there) would otherwise wait for run monitoring's start timeout."""
+# A STARTING run whose launcher has not said which process it started within this is dead:
+# launching takes a second, so the launcher died first (a machine's restart can land there).
+LAUNCH_TIMEOUT = timedelta(seconds=30)
+
+
+def is_dead(
+    instance: DagsterInstance, run: DagsterRun, *, launch_timeout: timedelta = LAUNCH_TIMEOUT
+) -> bool:
+    """Whether a STARTED or STARTING run's process is gone from this machine.
+
+    A run killed while STARTING would otherwise wait for run monitoring's start timeout
+    (dagster.yaml), holding the lake's pool: killed after its launch (its process's pid is
+    known, and gone) or before it (no pid `launch_timeout` after the run became STARTING).
+    """
     if run.status == DagsterRunStatus.STARTED:
         pid = _worker_pid(instance, run)
     elif run.status == DagsterRunStatus.STARTING:
         pid = _launched_pid(instance, run)
+        if pid is None:
+            record = instance.get_run_record_by_id(run.run_id)
+            since = record.update_timestamp.timestamp() if record is not None else time.time()
+            return time.time() - since >= launch_timeout.total_seconds()
     else:
         return False
     return pid is not None and pid != os.getpid() and not _process_exists(pid)

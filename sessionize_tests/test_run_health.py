@@ -1,5 +1,5 @@
 """A replay killed with `kill -9` leaves a STARTED run behind: the next replay reports it
-failed and finishes the work (run_health.py)."""
+failed and finishes the work; a run left STARTING with no process is dead too (run_health.py)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter, instance_for_test
 
 from sessionize_assets.definitions import INGEST_JOB
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.replay.command import ReplayBusyError, replay, replay_lock
-from sessionize_assets.run_health import UNFINISHED, unfinished_runs
+from sessionize_assets.run_health import UNFINISHED, is_dead, unfinished_runs
 from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
 from sessionize_tests.test_replay import assert_tables_equal_the_full_recompute
 
@@ -78,3 +79,20 @@ def test_one_replay_at_a_time(tmp_path):
         pass
     with replay_lock(tmp_path):  # released with the first
         pass
+
+
+def test_a_run_left_starting_before_its_launch_is_dead_after_the_launch_timeout():
+    """The soak's finding: a machine's restart between the daemon marking a run STARTING and
+    the launcher starting its process leaves a STARTING run with no process at all. It held
+    the lake's pool until run monitoring's start timeout (180 s); now it is dead once the
+    launcher has said nothing for `launch_timeout`."""
+    with instance_for_test() as instance:
+        run = instance.add_run(
+            DagsterRun(job_name=INGEST_JOB, run_id=str(uuid4()), status=DagsterRunStatus.STARTING)
+        )
+        assert not is_dead(instance, run)  # a launch may still be under way
+        time.sleep(0.1)
+        assert is_dead(instance, run, launch_timeout=timedelta(seconds=0.05))
+        alive = unfinished_runs(instance, log=lambda line: None)  # the sensors' path
+        assert alive == [run]  # within the default timeout: not failed
+        assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTING

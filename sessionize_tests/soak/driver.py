@@ -10,7 +10,8 @@ folders one by one, as a collector does. On the way, from the seed it prints:
 - it drops two folders at once, and re-delivers an earlier folder changed (one line added);
 - it kills run workers with SIGKILL: at each named fault point once (`faults.FAULT_POINTS`,
   paused there by `hooks/sitecustomize.py`), the rest at a random moment of a step, every
-  asset's step in turn (ingest, events, identities, sessions, snapshot, checks, maintenance);
+  asset's step in turn (ingest, events, identities, sessions, snapshot, checks, maintenance),
+  seen by the same hook;
 - it kills the daemon (`dagster dev` goes down with it, and is started again), the Spark
   Connect server (`sessionize dev` starts it again), and the whole process tree, then starts
   `sessionize dev` again;
@@ -60,27 +61,24 @@ from sessionize_tests.soak.faults import (
     FAULT_POINTS,
     FAULTS_VARIABLE,
     HOOKS_DIR,
+    STEPS,
     FaultPoints,
+    Hit,
 )
 
 START = date(2026, 1, 1)
 PROJECT = Path(__file__).resolve().parents[2]
-# Every asset's step, as its run's step key: the soak kills a worker in each in turn.
-STEPS = (
-    "ingest_batch",
-    "events",
-    "identities",
-    "sessionize",
-    "user_lifecycle",
-    "sessions_checks",
-    "maintain_tables",
-)
 SESSION_ASSETS = ["sessions", "session_quarantine", "session_changes"]
+# The faults that kill a run's worker, armed as the batch lands (`faults.FaultPoints`).
+WORKER_KILLS = ("point", "step")
 SENSOR_INTERVAL = timedelta(seconds=5)
 # A state a run left behind is asked for again after this, doubled at each attempt.
 RETRY_BACKOFF_SECONDS = 10
-# How long a step is waited for before its kill is given up (and said so).
-STEP_TIMEOUT = 180.0
+# A step's worker is killed this many seconds into the step at most (drawn from the seed); a
+# step that ends sooner is killed at its end, before its success is written.
+STEP_KILL_WITHIN = 3.0
+# How long the first restart waits for a run in STARTING.
+STARTING_TIMEOUT = 180.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +200,7 @@ class Soak:
         )
         self.started = time.monotonic()
         self._backfills_from: int | None = None
+        self._seen: dict[tuple[str, int], float] = {}  # (point, pid): when first seen
         self.restarts = 0
         # When the last folder landed or the last fault was injected.
         self.last_change = time.monotonic()
@@ -238,7 +237,7 @@ class Soak:
                 batch = 0
                 while batch < plan.batches:
                     days = [batch, batch + 1] if batch == together else [batch]
-                    self._arm([f for f in faults if f.batch in days and f.kind == "point"])
+                    self._arm([f for f in faults if f.batch in days and f.kind in WORKER_KILLS])
                     for day in days:
                         self._deliver(day)
                     self.echo(
@@ -248,7 +247,9 @@ class Soak:
                         self._redeliver_changed(self.draw.randrange(0, batch))
                     if any(day in backfill_at for day in days):
                         self._backfill(days[-1])
-                    for fault in (f for f in faults if f.batch in days and f.kind != "point"):
+                    for fault in (
+                        f for f in faults if f.batch in days and f.kind not in WORKER_KILLS
+                    ):
                         self._inject(fault)
                     self._settle()
                     batch += len(days)
@@ -307,33 +308,48 @@ class Soak:
     # -- faults --------------------------------------------------------------------------
 
     def _arm(self, faults: list[Fault]) -> None:
+        """Arm the batch's worker kills; a point not reached in the batch stays armed for the
+        next run that reaches it."""
         for fault in faults:
-            self.points.arm(fault.target)
-            if fault.target.startswith("vacuum:"):
+            point = f"step:{fault.target}" if fault.kind == "step" else fault.target
+            delay = self.draw.uniform(0.0, STEP_KILL_WITHIN) if fault.kind == "step" else 0.0
+            self.points.arm(point, delay=delay)
+            if point in ("vacuum:sessions", "step:maintain_tables"):
                 self.dev.launch_job(MAINTENANCE_JOB)
 
     def _disarm_all(self) -> None:
         for point in self.points.armed():
-            self.report.missed.append(f"point: no run reached {point}")
+            self.report.missed.append(f"{point}: no run reached it")
             self.points.disarm(point)
 
     def _kill_hits(self) -> None:
+        """Kill the workers at the points they reached: at once where they pause, a step's
+        `delay` seconds after it was first seen in it (or at its end)."""
+        now = time.monotonic()
         for hit in self.points.hits():
-            self.last_change = time.monotonic()
-            if self.points.kill(hit):
-                self.report.faults.append(f"point: {hit.point} (pid {hit.pid})")
-                self.echo(f"[{self._elapsed()}] killed the run worker paused at {hit.point}")
-            else:
-                self.report.missed.append(f"point: {hit.point}'s run died before it was killed")
+            seen = self._seen.setdefault((hit.point, hit.pid), now)
+            if not hit.at_end and now < seen + hit.delay:
+                continue
+            self.last_change = now
+            if not self.points.kill(hit):  # a restart killed it first: the next run's turn
+                self.points.arm(hit.point, delay=hit.delay)
+                self.echo(f"[{self._elapsed()}] {hit.point}'s worker died first: armed again")
+                continue
+            self.report.faults.append(self._killed(hit, now - seen))
+            self.echo(f"[{self._elapsed()}] killed the run worker at {hit.point}")
+
+    @staticmethod
+    def _killed(hit: Hit, after: float) -> str:
+        if not hit.point.startswith("step:"):
+            return f"point: {hit.point} (pid {hit.pid})"
+        when = "at its end" if hit.at_end else f"{after:.1f} s in"
+        return f"step: {hit.point.removeprefix('step:')} (pid {hit.pid}, {when})"
 
     def _inject(self, fault: Fault) -> None:
-        if fault.kind == "step":
-            self._kill_in_step(fault.target)
-            return
         if fault.kind == "restart" and not self.restarts:
             # The first restart while a run starts (its worker up, RUN_START not yet written):
             # the batch's ingest run, a few seconds after its folder landed.
-            self._wait(self._run_starting, seconds=STEP_TIMEOUT, every=0.1)
+            self._wait(self._run_starting, seconds=STARTING_TIMEOUT, every=0.1)
         else:
             # Somewhere in the batch's runs: after a few seconds of them.
             self._wait(lambda: None, seconds=self.draw.uniform(2.0, 15.0))
@@ -357,31 +373,6 @@ class Soak:
             self.echo(f"[{self._elapsed()}] killed {what}")
         else:
             self.report.missed.append(f"{fault.kind}: {what} was not running")
-
-    def _kill_in_step(self, step: str) -> None:
-        """SIGKILL the worker of a run while it is in `step`, at a random moment of it."""
-        if step == "maintain_tables":
-            self.dev.launch_job(MAINTENANCE_JOB)
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while time.monotonic() < deadline:
-            self._kill_hits()
-            for run in self.instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED])):
-                if step in processes.steps_going(self.instance, run.run_id):
-                    # A random moment of the step, which may be short: still in it, or wait for
-                    # the next run that comes to it.
-                    time.sleep(self.draw.uniform(0.0, 0.5))
-                    if step not in processes.steps_going(self.instance, run.run_id):
-                        continue
-                    pid = processes.worker_pid(self.instance, run.run_id)
-                    if processes.kill(pid):
-                        self.last_change = time.monotonic()
-                        self.report.faults.append(
-                            f"step: {step} of {run.job_name} {run.run_id[:8]}"
-                        )
-                        self.echo(f"[{self._elapsed()}] killed {run.job_name}'s worker in {step}")
-                        return
-            time.sleep(0.2)
-        self.report.missed.append(f"step: no run was in {step} within {STEP_TIMEOUT:.0f} s")
 
     def _run_starting(self) -> bool:
         return bool(self.instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTING])))
@@ -424,7 +415,7 @@ class Soak:
 
     def _settle(self) -> None:
         """Until the batch's runs are done (or 5 minutes: the next batch lands regardless)."""
-        self._wait(self._quiet, seconds=300)
+        self._wait(self._quiet, seconds=300, every=0.2)
 
     def _quiet(self) -> bool:
         if not self.dev.running():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Point -> what a run killed there has done and not done.
@@ -25,6 +25,17 @@ FAULT_POINTS: dict[str, str] = {
     "after-commit:user_lifecycle_state": "lifecycle: the intervals committed, the snapshot not",
     "vacuum:sessions": "inside maintenance's vacuum: half the files it deletes are gone",
 }
+# Every asset's step, as its run's step key: the soak kills a worker in each in turn, at the
+# point `step:<key>`, a random moment of the step.
+STEPS = (
+    "ingest_batch",
+    "events",
+    "identities",
+    "sessionize",
+    "user_lifecycle",
+    "sessions_checks",
+    "maintain_tables",
+)
 # The hook's environment variable: the folder of armed and hit points.
 FAULTS_VARIABLE = "SESSIONIZE_SOAK_FAULTS"
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
@@ -35,6 +46,9 @@ _HIT = re.compile(r"(?P<point>.+)@(?P<pid>\d+)")
 class Hit:
     point: str
     pid: int
+    # A step's: seconds after its start to kill it, and whether it paused at its end first.
+    delay: float = 0.0
+    at_end: bool = False
 
 
 class FaultPoints:
@@ -45,9 +59,10 @@ class FaultPoints:
         (folder / "armed").mkdir(parents=True, exist_ok=True)
         (folder / "hit").mkdir(parents=True, exist_ok=True)
 
-    def arm(self, point: str) -> None:
-        assert point in FAULT_POINTS, point
-        (self.folder / "armed" / point).touch()
+    def arm(self, point: str, *, delay: float = 0.0) -> None:
+        """Arm `point`; a step's is killed `delay` seconds into the step (or at its end)."""
+        assert point in FAULT_POINTS or point.removeprefix("step:") in STEPS, point
+        (self.folder / "armed" / point).write_text(f"{delay:.2f}")
 
     def disarm(self, point: str) -> None:
         (self.folder / "armed" / point).unlink(missing_ok=True)
@@ -57,8 +72,14 @@ class FaultPoints:
         found = []
         for path in (self.folder / "hit").iterdir():
             match = _HIT.fullmatch(path.name)
-            if match is not None:
-                found.append(Hit(point=match["point"], pid=int(match["pid"])))
+            if match is None:
+                continue
+            try:
+                delay, *end = path.read_text().split()
+            except (FileNotFoundError, ValueError):  # killed meanwhile
+                continue
+            hit = Hit(point=match["point"], pid=int(match["pid"]), delay=float(delay))
+            found.append(replace(hit, at_end=bool(end)))
         return found
 
     def armed(self) -> list[str]:
@@ -66,11 +87,13 @@ class FaultPoints:
         return sorted(path.name for path in (self.folder / "armed").iterdir())
 
     def kill(self, hit: Hit) -> bool:
-        """SIGKILL the paused run worker; False when it was gone already (a restart killed
-        it first)."""
-        (self.folder / "hit" / f"{hit.point}@{hit.pid}").unlink(missing_ok=True)
+        """SIGKILL the run worker at the point; False when it was gone already (a restart
+        killed it first). The hit is removed after the kill: a step's worker could otherwise
+        write its end marker into a new file."""
         try:
             os.kill(hit.pid, signal.SIGKILL)
+            killed = True
         except ProcessLookupError:
-            return False
-        return True
+            killed = False
+        (self.folder / "hit" / f"{hit.point}@{hit.pid}").unlink(missing_ok=True)
+        return killed

@@ -1,14 +1,13 @@
-"""The processes of a `sessionize dev` tree the soak kills: a run's worker, the daemon, the Spark
-Connect server, the whole tree. Found from /proc (Linux) and the instance, never by name
-alone: the soak's server is the one listening on its own port."""
+"""The processes of a `sessionize dev` tree the soak kills besides run workers (which the fault
+points' hook names, `faults.py`): the daemon, the Spark Connect server, the whole tree. Found
+from /proc (Linux), never by name alone: the soak's server is the one listening on its own
+port, its daemon the one in its own session."""
 
 from __future__ import annotations
 
 import os
 import signal
 from pathlib import Path
-
-from dagster import DagsterEventType, DagsterInstance
 
 from sessionize_assets.spark_server import GRPC_PORT, SERVER_CLASS
 
@@ -55,36 +54,6 @@ def spark_server_pids(port: int) -> list[int]:
 def spark_server_pid(port: int) -> int | None:
     """The Spark Connect server's JVM listening on `port`."""
     return next(iter(spark_server_pids(port)), None)
-
-
-def worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
-    """The pid that wrote the run's RUN_START: its worker (as `run_health` finds it)."""
-    records = instance.get_records_for_run(
-        run_id, of_type=DagsterEventType.RUN_START, limit=1
-    ).records
-    event = records[0].event_log_entry.dagster_event if records else None
-    return event.pid if event is not None else None
-
-
-def steps_going(instance: DagsterInstance, run_id: str) -> set[str]:
-    """The steps of the run started and not yet ended."""
-    going: set[str] = set()
-    for record in instance.get_records_for_run(
-        run_id,
-        of_type={
-            DagsterEventType.STEP_START,
-            DagsterEventType.STEP_SUCCESS,
-            DagsterEventType.STEP_FAILURE,
-        },
-    ).records:
-        event = record.event_log_entry.dagster_event
-        if event is None or event.step_key is None:
-            continue
-        if event.event_type == DagsterEventType.STEP_START:
-            going.add(event.step_key)
-        else:
-            going.discard(event.step_key)
-    return going
 
 
 def kill(pid: int | None) -> bool:
