@@ -71,6 +71,8 @@ PROJECT = Path(__file__).resolve().parents[2]
 SESSION_ASSETS = ["sessions", "session_quarantine", "session_changes"]
 # The faults that kill a run's worker, armed as the batch lands (`faults.FaultPoints`).
 WORKER_KILLS = ("point", "step")
+# The points only a maintenance run reaches (on a daily schedule: the soak launches it).
+MAINTENANCE_POINTS = ("vacuum:sessions", "step:maintain_tables")
 SENSOR_INTERVAL = timedelta(seconds=5)
 # A state a run left behind is asked for again after this, doubled at each attempt.
 RETRY_BACKOFF_SECONDS = 10
@@ -313,9 +315,12 @@ class Soak:
         for fault in faults:
             point = f"step:{fault.target}" if fault.kind == "step" else fault.target
             delay = self.draw.uniform(0.0, STEP_KILL_WITHIN) if fault.kind == "step" else 0.0
-            self.points.arm(point, delay=delay)
-            if point in ("vacuum:sessions", "step:maintain_tables"):
-                self.dev.launch_job(MAINTENANCE_JOB)
+            self._arm_point(point, delay=delay)
+
+    def _arm_point(self, point: str, *, delay: float) -> None:
+        self.points.arm(point, delay=delay)
+        if point in MAINTENANCE_POINTS:  # no sensor launches maintenance: the soak does
+            self.dev.launch_job(MAINTENANCE_JOB)
 
     def _disarm_all(self) -> None:
         for point in self.points.armed():
@@ -331,8 +336,8 @@ class Soak:
             if not hit.at_end and now < seen + hit.delay:
                 continue
             self.last_change = now
-            if not self.points.kill(hit):  # a restart killed it first: the next run's turn
-                self.points.arm(hit.point, delay=hit.delay)
+            if not self.points.kill(hit):  # another kill came first: the next run's turn
+                self._arm_point(hit.point, delay=hit.delay)
                 self.echo(f"[{self._elapsed()}] {hit.point}'s worker died first: armed again")
                 continue
             self.report.faults.append(self._killed(hit, now - seen))
