@@ -51,8 +51,8 @@ def _worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
 
 
 def _launched_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
-    """The pid of the run's process before it writes RUN_START: the default launcher's process
-    says "Started process for run (pid: N)" first, an engine event with the metadata `pid`."""
+    """The pid of the run's process before it writes RUN_START: the process says "Started
+    process for run (pid: N)" first, an engine event with the metadata `pid`."""
     for record in instance.get_records_for_run(
         run.run_id, of_type=DagsterEventType.ENGINE_EVENT
     ).records:
@@ -64,8 +64,11 @@ def _launched_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
     return None
 
 
-# A STARTING run whose launcher has not said which process it started within this is dead:
-# launching takes a second, so the launcher died first (a machine's restart can land there).
+# A STARTING run whose process has not named itself within this is dead: a run's process
+# writes its pid within seconds of its launch, so the launch was lost (a machine's restart can
+# land between the daemon marking the run STARTING and its process starting). A process slower
+# than this finds its run failed and stops before executing (Dagster checks the run is
+# STARTING); the run's retry takes it up.
 LAUNCH_TIMEOUT = timedelta(seconds=30)
 
 

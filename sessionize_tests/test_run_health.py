@@ -83,9 +83,9 @@ def test_one_replay_at_a_time(tmp_path):
 
 def test_a_run_left_starting_before_its_launch_is_dead_after_the_launch_timeout():
     """The soak's finding: a machine's restart between the daemon marking a run STARTING and
-    the launcher starting its process leaves a STARTING run with no process at all. It held
-    the lake's pool until run monitoring's start timeout (180 s); now it is dead once the
-    launcher has said nothing for `launch_timeout`."""
+    its process starting leaves a STARTING run with no process at all. It held the lake's
+    pool until run monitoring's start timeout (180 s); now it is dead once no process has
+    named itself for `launch_timeout`."""
     with instance_for_test() as instance:
         run = instance.add_run(
             DagsterRun(job_name=INGEST_JOB, run_id=str(uuid4()), status=DagsterRunStatus.STARTING)
