@@ -279,15 +279,16 @@ class Soak:
         shutil.rmtree(changed, ignore_errors=True)
         shutil.copytree(self.generated / name, changed)
         first = sorted(path for path in changed.iterdir() if path.suffix == ".jsonl")[0]
-        for line in first.read_text().splitlines():
+        content = first.read_bytes()  # the zone's hostile lines are not all UTF-8
+        for line in content.splitlines():
             try:
                 event = json.loads(line)
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON, or not UTF-8
                 continue
             if isinstance(event, dict) and event.get("messageId"):
                 event["messageId"] = f"{event['messageId']}-redelivered"
-                with first.open("a") as out:
-                    out.write(json.dumps(event) + "\n")
+                ending = b"" if content.endswith(b"\n") else b"\n"
+                first.write_bytes(content + ending + json.dumps(event).encode() + b"\n")
                 break
         land_folder(changed, self.settings.landing_dir)
         self.last_change = time.monotonic()
