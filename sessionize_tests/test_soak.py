@@ -4,9 +4,11 @@ the tables end equal to the full recompute, and no failed run is left without a 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from sessionize_tests.soak.driver import Soak, SoakPlan
+from sessionize_tests.soak.driver import Soak, SoakPlan, one_event_more
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -33,3 +35,15 @@ def test_a_short_soak_ends_equal_to_the_full_recompute(tmp_path, spark):
     kills = [fault for fault in report.faults if fault.startswith(("point:", "step:"))]
     assert len(kills) == SHORT.worker_kills, text
     assert sum(fault.startswith("restart:") for fault in report.faults) == 1, text
+
+
+def test_the_changed_redelivery_copies_an_event_past_hostile_lines():
+    """Seed 3's 30-batch soak stopped at its re-delivery: the file's first lines were not
+    UTF-8. The copy skips them, and does not glue itself to a last line without a newline."""
+    event = {"messageId": "m1", "type": "track", "userId": "u1"}
+    content = b"\xe9t\xe9 not json\n" + json.dumps(event).encode() + b"\n{truncated"
+    lines = one_event_more(content).split(b"\n")
+    assert lines[:3] == content.split(b"\n")
+    assert json.loads(lines[3]) == {**event, "messageId": "m1-redelivered"}
+    with pytest.raises(ValueError):
+        one_event_more(b"\xff\n")

@@ -175,6 +175,22 @@ def schedule(plan: SoakPlan) -> list[Fault]:
     return sorted(faults, key=lambda fault: (fault.batch, fault.kind, fault.target))
 
 
+def one_event_more(content: bytes) -> bytes:
+    """A batch file's `content` with one line added: a copy of its first event under a new
+    messageId. The zone's hostile lines need not be JSON nor UTF-8, and its last line need
+    not end with a newline."""
+    for line in content.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            continue
+        if isinstance(event, dict) and event.get("messageId"):
+            event["messageId"] = f"{event['messageId']}-redelivered"
+            ending = b"" if content.endswith(b"\n") else b"\n"
+            return content + ending + json.dumps(event).encode() + b"\n"
+    raise ValueError("no event with a messageId to copy")
+
+
 class Soak:
     def __init__(self, plan: SoakPlan, *, root: Path, echo: Callable[[str], None] = print):
         self.plan, self.root, self.echo = plan, root, echo
@@ -279,17 +295,7 @@ class Soak:
         shutil.rmtree(changed, ignore_errors=True)
         shutil.copytree(self.generated / name, changed)
         first = sorted(path for path in changed.iterdir() if path.suffix == ".jsonl")[0]
-        content = first.read_bytes()  # the zone's hostile lines are not all UTF-8
-        for line in content.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:  # not JSON, or not UTF-8
-                continue
-            if isinstance(event, dict) and event.get("messageId"):
-                event["messageId"] = f"{event['messageId']}-redelivered"
-                ending = b"" if content.endswith(b"\n") else b"\n"
-                first.write_bytes(content + ending + json.dumps(event).encode() + b"\n")
-                break
+        first.write_bytes(one_event_more(first.read_bytes()))
         land_folder(changed, self.settings.landing_dir)
         self.last_change = time.monotonic()
         self.echo(f"[{self._elapsed()}] re-delivered batch {day + 1} changed")
