@@ -5,6 +5,7 @@ the tables end equal to the full recompute, and no failed run is left without a 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -34,6 +35,8 @@ def test_a_short_soak_ends_equal_to_the_full_recompute(tmp_path, spark):
     assert not report.missed, text
     kills = [fault for fault in report.faults if fault.startswith(("point:", "step:"))]
     assert len(kills) == SHORT.worker_kills, text
+    pids = re.findall(r"\(pid (\d+)", "\n".join(kills))
+    assert len(set(pids)) == len(kills), text  # each kill a worker of its own
     assert sum(fault.startswith("restart:") for fault in report.faults) == 1, text
 
 

@@ -219,6 +219,7 @@ class Soak:
         self.started = time.monotonic()
         self._backfills_from: int | None = None
         self._seen: dict[tuple[str, int], float] = {}  # (point, pid): when first seen
+        self._killed_pids: set[int] = set()
         self.restarts = 0
         # When the last folder landed or the last fault was injected.
         self.last_change = time.monotonic()
@@ -343,10 +344,14 @@ class Soak:
             if not hit.at_end and now < seen + hit.delay:
                 continue
             self.last_change = now
-            if not self.points.kill(hit):  # another kill came first: the next run's turn
+            # One worker can claim two points (a step's and a commit's in it): the second
+            # finds it dead, or a zombie its parent has not reaped yet, which a kill reaches.
+            killed_before = hit.pid in self._killed_pids
+            if not self.points.kill(hit) or killed_before:  # the next run's turn
                 self._arm_point(hit.point, delay=hit.delay)
                 self.echo(f"[{self._elapsed()}] {hit.point}'s worker died first: armed again")
                 continue
+            self._killed_pids.add(hit.pid)
             self.report.faults.append(self._killed(hit, now - seen))
             self.echo(f"[{self._elapsed()}] killed the run worker at {hit.point}")
 
