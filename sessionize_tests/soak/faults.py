@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 # Point -> what a run killed there has done and not done.
@@ -78,8 +78,8 @@ class FaultPoints:
                 delay, *end = path.read_text().split()
             except (FileNotFoundError, ValueError):  # killed meanwhile
                 continue
-            hit = Hit(point=match["point"], pid=int(match["pid"]), delay=float(delay))
-            found.append(replace(hit, at_end=bool(end)))
+            point, pid = match["point"], int(match["pid"])
+            found.append(Hit(point=point, pid=pid, delay=float(delay), at_end=bool(end)))
         return found
 
     def armed(self) -> list[str]:

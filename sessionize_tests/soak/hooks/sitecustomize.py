@@ -19,6 +19,10 @@ there until the soak kills it. A step's point does not pause at the step's start
 kills the worker at a random moment after it (the delay it wrote in the armed file), and a step
 that ends first pauses before its end is written (the hook appends `end` to the hit file), so
 the kill lands in the step however short it is.
+
+Installing the wrappers imports deltalake and dagster at every process's start: the soak's
+tree is Dagster's processes, which import both anyway (the pipeline starts no Spark Python
+workers, which would pay it too).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 FAULTS = os.environ.get("SESSIONIZE_SOAK_FAULTS")
+FOLDER = Path(FAULTS) if FAULTS else Path()
 
 
 def _pause_if_armed(point: str) -> None:
@@ -40,10 +45,8 @@ def _pause_if_armed(point: str) -> None:
 
 def _claim(point: str) -> bool:
     """Claim an armed point for this process; whether it was armed."""
-    assert FAULTS is not None
-    folder = Path(FAULTS)
     try:
-        (folder / "armed" / point).rename(folder / "hit" / f"{point}@{os.getpid()}")
+        (FOLDER / "armed" / point).rename(FOLDER / "hit" / f"{point}@{os.getpid()}")
     except FileNotFoundError:
         return False
     return True
@@ -51,7 +54,7 @@ def _claim(point: str) -> bool:
 
 def _pause_at_end_if_claimed(point: str) -> None:
     """The end of a claimed step the soak has not killed yet: pause before it is written."""
-    hit = Path(FAULTS or "") / "hit" / f"{point}@{os.getpid()}"
+    hit = FOLDER / "hit" / f"{point}@{os.getpid()}"
     if not hit.exists():
         return
     with hit.open("a") as out:
@@ -96,7 +99,7 @@ def _install() -> None:
     def vacuum_half_way(self: DeltaTable, *args: Any, **kwargs: Any) -> Any:
         table = self.table_uri.rstrip("/").rsplit("/", 1)[-1]
         point = f"vacuum:{table}"
-        if (Path(FAULTS or "") / "armed" / point).exists():
+        if (FOLDER / "armed" / point).exists():
             doomed = vacuum(self, *args, **{**kwargs, "dry_run": True})
             root = self.table_uri.removeprefix("file://").rstrip("/")
             for name in doomed[: len(doomed) // 2]:
