@@ -8,7 +8,12 @@ from datetime import date
 from pyspark.sql import SparkSession
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
-from sessionize_assets.lake.tables import LANDING_BATCHES, USER_LIFECYCLE_SNAPSHOT
+from sessionize_assets.lake.tables import (
+    BATCH_EVENT_DATES,
+    EVENTS_MANIFEST,
+    LANDING_BATCHES,
+    USER_LIFECYCLE_SNAPSHOT,
+)
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
@@ -16,6 +21,7 @@ from sessionize_assets.pipeline.ingest import ingest_batches
 from sessionize_assets.pipeline.landing import fingerprint
 from sessionize_assets.pipeline.lifecycle import update_lifecycle
 from sessionize_assets.pipeline.lifecycle_bookkeeping import LifecycleReport
+from sessionize_assets.pipeline.manifests import event_dates_behind
 from sessionize_assets.pipeline.sessions import SessionsReport, update_sessions
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
@@ -41,8 +47,42 @@ def process_batch(
         settings=settings,
         run_id=run_id,
     )
-    touched = ingested.batches[received].touched_event_dates
-    events = update_events(store, spark, event_dates=touched, run_id=run_id)
+    return follow_through(
+        store,
+        spark,
+        settings=settings,
+        received=received,
+        event_dates=ingested.batches[received].touched_event_dates,
+        run_id=run_id,
+    )
+
+
+def catch_up(
+    store: DeltaStore, spark: SparkSession, *, settings: Settings, run_id: str
+) -> BatchRun:
+    """What the sensors run when no batch came: the event dates behind their batches (an
+    erasure leaves them so), and what follows them."""
+    behind = event_dates_behind(
+        store.read_arrow(BATCH_EVENT_DATES), store.read_arrow(EVENTS_MANIFEST)
+    )
+    latest = _last_date(store, LANDING_BATCHES)
+    assert latest is not None, "nothing ingested"
+    return follow_through(
+        store, spark, settings=settings, received=latest, event_dates=sorted(behind), run_id=run_id
+    )
+
+
+def follow_through(
+    store: DeltaStore,
+    spark: SparkSession,
+    *,
+    settings: Settings,
+    received: date,
+    event_dates: list[date],
+    run_id: str,
+) -> BatchRun:
+    """The runs that follow an ingestion, for these event dates, as the sensors ask for them."""
+    events = update_events(store, spark, event_dates=event_dates, run_id=run_id)
     identities = update_identities(store, run_id=run_id)  # in the events run
     sessions = update_sessions(
         store,

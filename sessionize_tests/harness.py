@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from pyspark.sql import Row
@@ -103,15 +104,20 @@ class Pipeline:
             for r in (table_rows(self.store, SESSIONS) if rows is None else rows)
         )
 
-    def assert_equals_full_recompute(self) -> None:
-        ref = reference_validate(self.settings.landing_dir, self.settings.start_date)
+    def assert_equals_full_recompute(
+        self, *, landing: Path | None = None, erased_lines: int = 0
+    ) -> None:
+        """The lake against the full recompute of the landing zone (or of `landing`, the zone
+        without an erasure's lines), with `erased_lines` re-delivered since rejected as
+        `erased`."""
+        ref = reference_validate(landing or self.settings.landing_dir, self.settings.start_date)
         events = {r.event_id: r for r in table_rows(self.store, EVENTS)}
         assert set(events) == set(ref.winners)
         for event_id, winner in ref.winners.items():
             assert events[event_id].received_date == winner.received_date
             assert events[event_id].event_ts == winner.ts.replace(tzinfo=None)
         rejected = Counter(r.reason for r in table_rows(self.store, REJECTED_EVENTS))
-        assert rejected == ref.rejections
+        assert rejected == ref.rejections + Counter({"erased": erased_lines})
         ref_sessions = reference_sessions(
             ref.winners,
             gap=self.settings.session_gap,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -135,6 +136,42 @@ def classify(
     return None, Accepted(
         obj["messageId"], key, ts, received, received_date, obj["timestamp"], message=obj
     )
+
+
+# ----------------------------------------------------------------------- reference SPEC §8
+
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def is_erased_line(raw: bytes, keys: set[str], pipeline_start: date) -> bool:
+    """SPEC §8: a valid line whose userId or anonymousId is one of `keys`, or any other line
+    whose text holds one as a JSON string."""
+    line = raw.decode("utf-8", errors="replace")
+    if len(raw) <= MAX_LINE_BYTES and raw.decode("utf-8", errors="ignore") == line:
+        _, accepted = classify(line, date.max, pipeline_start)
+        if accepted is not None:
+            message = accepted.message
+            return message.get("userId") in keys or message.get("anonymousId") in keys
+    return any(found in keys for found in _JSON_STRING.findall(line))
+
+
+def without_erased_lines(landing: Path, out: Path, keys: set[str], pipeline_start: date) -> int:
+    """A copy of the landing zone at `out` without the erased keys' lines (the zone the lake
+    must equal the full recompute of after an erasure); the lines left out."""
+    left_out = 0
+    for path in sorted(landing.rglob("*")):
+        if not path.is_file():
+            continue
+        target = out / path.relative_to(landing)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lines = read_lines(path)
+        kept = [
+            raw for raw in lines if not (raw.strip() and is_erased_line(raw, keys, pipeline_start))
+        ]
+        left_out += len(lines) - len(kept)
+        data = b"\n".join(kept)
+        target.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+    return left_out
 
 
 # ----------------------------------------------------------------------- reference SPEC §3

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.log_files import commit_actions, table_path
-from sessionize_assets.lake.tables import ALL_TABLES
+from sessionize_assets.lake.tables import ALL_TABLES, ERASURES
 from sessionize_assets.replay.command import replay
 from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings
 from sessionize_tests.s3_server import s3_server, spark_credentials
@@ -56,6 +56,8 @@ def test_a_replay_with_the_lake_on_s3_equals_the_full_recompute(spark, tmp_path)
 
         assert_tables_equal_the_full_recompute(settings, spark)
         for spec in ALL_TABLES:
+            if spec is ERASURES:  # written by an erasure only
+                continue
             path = table_path(settings.lake, spec)
             assert str(path).startswith(f"s3a://{bucket}/lake/"), path
             assert DeltaTable(str(path)).version() >= 0, spec.name

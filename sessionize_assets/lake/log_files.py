@@ -23,6 +23,8 @@ from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.parquet_files import read_files
 from sessionize_assets.lake.store import FileChange, PartitionValue, TableSpec, partition_string
 
+DELTA_LOG_DIR = "_delta_log"  # a table's log, in its folder
+
 
 def table_path(lake: Location | Path | str, spec: TableSpec) -> Location:
     """Where the lake keeps a table: one folder per table under the lake's root (a local
@@ -87,7 +89,7 @@ def logged_changes(
 def commit_actions(root: Location, version: int) -> list[dict[str, Any]] | None:
     """The actions of one commit of the table at `root`, from its commit file (None: gone)."""
     try:
-        lines = (root / f"_delta_log/{version:020d}.json").read_text().splitlines()
+        lines = (root / f"{DELTA_LOG_DIR}/{version:020d}.json").read_text().splitlines()
     except FileNotFoundError:
         return None
     return [json.loads(line) for line in lines if line.strip()]

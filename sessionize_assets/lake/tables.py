@@ -341,6 +341,30 @@ USER_LIFECYCLE_SNAPSHOT = TableSpec(
     schema=SNAPSHOT_SCHEMA,
 )
 
+# SPEC §8: one row per erased key, as its salted hash (transforms/erased.py), never the key.
+# Read on the driver by every ingestion (an erased key's lines are rejected) and erasure.
+ERASURES = TableSpec(
+    name="erasures",
+    partition_by="requested_date",
+    description="Each erasure on request (SPEC §8): salted hashes of its keys, when, and the "
+    "rows it removed per table.",
+    schema=_fields(
+        ("erasure_id", StringType(), False, "the run that requested it"),
+        ("requested_date", DateType(), False, "UTC date of requested_at"),
+        ("requested_at", TimestampType(), False, "when it was requested"),
+        ("salt", StringType(), False, "the lake's salt, the same in every row"),
+        ("key_hash", StringType(), False, "SHA-256 of salt + key, hex"),
+        ("stitched", BooleanType(), False, "an anonymousId stitched to a key given (else given)"),
+        (
+            "rows_removed",
+            StringType(),
+            False,
+            "JSON {table: rows}: the live rows that held the erasure's keys when it began",
+        ),
+        ("finished_at", TimestampType(), True, "when its last file was deleted (null: not yet)"),
+    ),
+)
+
 # Every table of the lake, in the order data flows through them (what maintenance goes over).
 ALL_TABLES = (
     RAW_EVENTS,
@@ -357,4 +381,5 @@ ALL_TABLES = (
     SESSION_CHANGES,
     USER_LIFECYCLE_STATE,
     USER_LIFECYCLE_SNAPSHOT,
+    ERASURES,
 )

@@ -16,12 +16,21 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS, REJECTED_EVENTS
+from sessionize_assets.pipeline.erased_keys import erased_keys
 from sessionize_assets.pipeline.event_ids import id_hash
 from sessionize_assets.pipeline.event_ids import index_rows as event_id_rows
 from sessionize_assets.pipeline.landing import BatchFingerprint, record_ingested
 from sessionize_assets.pipeline.manifests import batch_event_dates as indexed_event_dates
 from sessionize_assets.settings import Settings
-from sessionize_assets.transforms.validation import INGEST, REASONS, parse_lines, split_batch
+from sessionize_assets.transforms.validation import (
+    ERASED,
+    INGEST,
+    REASONS,
+    mark_erased,
+    parse_lines,
+    split_batch,
+    without_erased,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,26 +69,34 @@ def ingest_batches(
     fingerprints: Mapping[date, BatchFingerprint],
     settings: Settings,
     run_id: str,
+    erasing: bool = False,
 ) -> IngestResult:
     """Validate the lines of these batches (those `fingerprints` names); replace their raw rows,
     their id index, their rejections and their index entries, one commit per table however
     many batches (a backfill is one Spark job), and record last what each batch was read from.
 
     A listed batch without lines becomes empty. The fingerprints are taken before the lines are
-    read: a file that changes in between is seen as changed again, never as ingested.
+    read: a file that changes in between is seen as changed again, never as ingested. A line of
+    an erased key is an `erased` rejection; `erasing` (an erasure ingesting a batch again from
+    the lake's own lines, `pipeline/forget.py`) drops it instead, and keeps the batch's
+    earlier `erased` rejections.
     """
     days = sorted(fingerprints)
-    parsed = parse_lines(
-        lines,
-        start_date=settings.start_date,
-        future_tolerance=settings.future_tolerance,
-        max_line_bytes=settings.max_line_bytes,
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    marked = mark_erased(
+        parse_lines(
+            lines,
+            start_date=settings.start_date,
+            future_tolerance=settings.future_tolerance,
+            max_line_bytes=settings.max_line_bytes,
+        ),
+        erased_keys(store),
+    )
+    parsed = (without_erased(marked) if erasing else marked).persist(StorageLevel.MEMORY_AND_DISK)
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     try:
         accepted, rejected = split_batch(parsed)
         commit = _commit_on_driver if store.writes_on_driver(lines) else _commit_with_spark
-        written = commit(store, accepted, rejected, days=days, tags=tags)
+        written = commit(store, accepted, rejected, days=days, tags=tags, keep_erased=erasing)
     finally:
         parsed.unpersist()
     raw = written.raw
@@ -144,6 +161,7 @@ def _commit_with_spark(
     *,
     days: list[date],
     tags: dict[str, str],
+    keep_erased: bool,
 ) -> _Written:
     """A large batch (or any, on the delta-spark backend): counted in one Spark job, each
     table written from its frame."""
@@ -162,10 +180,11 @@ def _commit_with_spark(
         EVENT_IDS, event_id_rows(accepted), partitions=days, commit_metadata=tags
     )
     # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
+    ingested = F.col("origin") == INGEST
     rejected_commit = store.rewrite(
         REJECTED_EVENTS,
         partitions=days,
-        drop=F.col("origin") == INGEST,
+        drop=ingested & (F.col("reason") != ERASED) if keep_erased else ingested,
         add=lambda: rejected,
         commit_metadata=tags,
     )
@@ -185,6 +204,7 @@ def _commit_on_driver(
     *,
     days: list[date],
     tags: dict[str, str],
+    keep_erased: bool,
 ) -> _Written:
     """A small batch in one Spark job: its accepted rows (with their id hashes) and its
     rejections are collected together with Arrow, counted on the driver, and each table
@@ -206,11 +226,18 @@ def _commit_on_driver(
         commit_metadata=tags,
     )
     # rejected_events also holds the cross-batch duplicates `events` owns: keep those.
-    ingested = [INGEST] * len(days)
+    reasons = [reason for reason in REASONS if not (keep_erased and reason == ERASED)]
+    dropped = [(day, reason) for day in days for reason in reasons]
     rejected_commit = store.rewrite_arrow(
         REJECTED_EVENTS,
         add=turned_away,
-        drop=pa.table({"received_date": pa.array(days, pa.date32()), "origin": ingested}),
+        drop=pa.table(
+            {
+                "received_date": pa.array([day for day, _ in dropped], pa.date32()),
+                "origin": [INGEST] * len(dropped),
+                "reason": [reason for _, reason in dropped],
+            }
+        ),
         files=store.files_with_values(
             REJECTED_EVENTS, column="origin", values={day: [INGEST] for day in days}
         ),

@@ -32,6 +32,7 @@ from sessionize_assets.transforms.attributes import (
     EventAttributes,
     event_attributes,
 )
+from sessionize_assets.transforms.erased import ErasedKeys
 
 INVALID_ENCODING = "invalid_encoding"
 LINE_TOO_LONG = "line_too_long"
@@ -43,6 +44,7 @@ BAD_RECEIVED_AT = "bad_received_at"
 FUTURE_TIMESTAMP = "future_timestamp"
 BEFORE_START = "before_start"
 DUPLICATE = "duplicate"
+ERASED = "erased"
 
 # Who put a row in rejected_events: validation at ingestion, or cross-batch dedup in events.
 INGEST = "ingest"
@@ -59,6 +61,7 @@ REASONS = (
     FUTURE_TIMESTAMP,
     BEFORE_START,
     DUPLICATE,
+    ERASED,
 )
 
 _KNOWN_FIELDS = frozenset(
@@ -352,6 +355,38 @@ def parse_lines(
         F.when(F.col(f"_parsed.{_CAMPAIGN_SET}"), campaign("campaign_")).alias("campaign"),
         F.when(F.col("_parsed.event_us").isNotNull(), campaign("url_")).alias("url_campaign"),
     ).withColumn("event_date", F.to_date("event_ts"))
+
+
+def mark_erased(parsed: DataFrame, erased: ErasedKeys | None) -> DataFrame:
+    """SPEC §8: a line of an erased key becomes an `erased` rejection that keeps nothing of the
+    line (no raw line, bytes or messageId; its batch and file stay). A valid line is erased
+    when its userId or anonymousId is; any other when its text holds an erased key as a JSON
+    string. Before the duplicate rule: an erased copy is no copy of its messageId."""
+    if erased is None or not erased.hashes:
+        return parsed
+    hit = F.when(
+        F.col("reason").isNull(), erased.any_is_erased(["segment_user_id", "anonymous_id"])
+    ).otherwise(erased.text_holds_erased("raw_line"))
+    flagged = parsed.withColumn("_erased", hit)
+
+    def unless_erased(value: Column, name: str) -> Column:
+        return F.when(F.col("_erased"), value).otherwise(F.col(name))
+
+    return flagged.withColumns(
+        {
+            "reason": unless_erased(F.lit(ERASED), "reason"),
+            "detail": unless_erased(F.lit("a line of a key erased on request (SPEC §8)"), "detail"),
+            "raw_line": unless_erased(F.lit(""), "raw_line"),
+            "raw_bytes": unless_erased(F.lit(None).cast("binary"), "raw_bytes"),
+            "message_id": unless_erased(F.lit(None).cast("string"), "message_id"),
+        }
+    ).drop("_erased")
+
+
+def without_erased(parsed: DataFrame) -> DataFrame:
+    """The lines `mark_erased` did not mark: an erasure removes its keys' lines without a
+    trace (SPEC §8: the lake equals the full recompute of the zone without them)."""
+    return parsed.where(F.col("reason").isNull() | (F.col("reason") != ERASED))
 
 
 def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:

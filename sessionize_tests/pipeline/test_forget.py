@@ -1,0 +1,141 @@
+"""SPEC §8 on each backend, without Dagster: an erasure's rules, one at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sessionize_assets.lake.location import Location
+from sessionize_assets.lake.tables import ALL_TABLES, ERASURES, REJECTED_EVENTS, SESSION_CHANGES
+from sessionize_assets.pipeline.erased_keys import erasure_book
+from sessionize_assets.pipeline.forget import (
+    ERASED_USER,
+    ErasureNotCaughtUp,
+    begin_erasure,
+    data_files_on_disk,
+    finish_erasure,
+)
+from sessionize_tests.driver import catch_up
+from sessionize_tests.harness import ON_EACH_BACKEND, Pipeline, day
+from sessionize_tests.reference import without_erased_lines
+from sessionize_tests.table_rows import table_rows
+
+ALICE, DEVICE, BOB = "alice", "device-of-alice", "bob"
+
+
+def _anonymous(device: str) -> dict:
+    return {
+        "userId": None,
+        "anonymousId": device,
+        "type": "page",
+        "properties": {"url": "https://x.io/a"},
+    }
+
+
+def _signed_in(device: str) -> dict:
+    return {"anonymousId": device, "type": "track", "event": "Tapped"}
+
+
+def _land(pipeline: Pipeline) -> None:
+    pipeline.land(
+        day(0),
+        [
+            ("d1", DEVICE, "2026-01-10 09:00", _anonymous(DEVICE)),
+            ("a1", ALICE, "2026-01-10 09:10", _signed_in(DEVICE)),
+            # An id alice's copy wins (earlier batch); bob's later copy is a duplicate.
+            ("shared", ALICE, "2026-01-10 09:20"),
+            ("b1", BOB, "2026-01-10 09:05"),
+            ("b2", BOB, "2026-01-10 23:50"),
+        ],
+    )
+    # A malformed line that names alice: a rejection whose text holds her key.
+    folder = pipeline.settings.landing_dir / f"received_date={day(0).isoformat()}"
+    with (folder / "part.jsonl").open("a") as out:
+        out.write('{"messageId": "bad", "userId": "alice", "timestamp": \n')
+    pipeline.land(
+        day(1),
+        [
+            ("a2", ALICE, "2026-01-10 09:30"),  # late: extends her session of day 0
+            ("shared", BOB, "2026-01-11 08:00"),
+            ("b3", BOB, "2026-01-11 00:10"),  # joins bob's session across midnight
+        ],
+    )
+
+
+@ON_EACH_BACKEND
+def test_an_erasure_removes_a_user_and_their_devices_and_what_followed_them(
+    pipeline: Pipeline, spark, tmp_path
+):
+    _land(pipeline)
+    pipeline.process(day(0))
+    pipeline.process(day(1))
+    store, settings = pipeline.store, pipeline.settings
+
+    begun = begin_erasure(store, keys=[ALICE], settings=settings, run_id="forget-1")
+    assert len(begun.erasure.stitched_hashes) == 1  # her device
+    assert begun.erasure.rows_removed["raw_events"] == 4  # d1, a1, shared (day 0), a2
+    assert begun.erasure.rows_removed["rejected_events"] == 1  # the malformed line
+    with pytest.raises(ErasureNotCaughtUp, match="events"):
+        finish_erasure(store, spark, run_id="finish-early")
+    catch_up(store, spark, settings=settings, run_id="follow")
+    naming = _files_naming(pipeline, [ALICE, DEVICE])
+    before = _data_files(pipeline)
+    assert naming, "the replaced files are still on disk before the erasure finishes"
+    finished = finish_erasure(store, spark, run_id="finish")
+    # Only the files that held a key are gone (the corrections log's rewrite added some).
+    assert before - _data_files(pipeline) == {line.split(": ")[0] for line in naming}
+    assert [e.erasure_id for e in finished.erasures] == ["forget-1"]
+
+    zone = tmp_path / "without"
+    assert (
+        without_erased_lines(settings.landing_dir, zone, {ALICE, DEVICE}, settings.start_date) == 5
+    )
+    pipeline.assert_equals_full_recompute(landing=zone)
+    # bob's copy of the shared id was a duplicate of hers: it is his event now.
+    assert not [r for r in table_rows(store, REJECTED_EVENTS) if r.reason == "duplicate"]
+    # The corrections log keeps her sessions' removal, without her key.
+    erased_changes = [r for r in table_rows(store, SESSION_CHANGES) if r.user_id == ERASED_USER]
+    assert {r.change for r in erased_changes} == {"added", "removed"}
+    assert _files_naming(pipeline, [ALICE, DEVICE]) == []
+    book = erasure_book(store)
+    assert book.salt and not book.pending
+    assert ALICE not in json.dumps([str(r) for r in table_rows(store, ERASURES)])
+
+    # Her lines re-delivered: `erased` rejections with nothing of the line; nothing else moves.
+    pipeline.land(
+        day(1),
+        [
+            ("a2", ALICE, "2026-01-10 09:30"),
+            ("shared", BOB, "2026-01-11 08:00"),
+            ("b3", BOB, "2026-01-11 00:10"),
+            ("a3", ALICE, "2026-01-11 10:00", _signed_in("another-device")),
+        ],
+    )
+    pipeline.process(day(1))
+    erased = [r for r in table_rows(store, REJECTED_EVENTS) if r.reason == "erased"]
+    assert [(r.raw_line, r.message_id, r.raw_bytes) for r in erased] == [("", None, None)] * 2
+    assert (
+        without_erased_lines(settings.landing_dir, zone, {ALICE, DEVICE}, settings.start_date) == 6
+    )
+    pipeline.assert_equals_full_recompute(landing=zone, erased_lines=2)
+    assert _files_naming(pipeline, [ALICE, DEVICE]) == []
+
+
+def _data_files(pipeline: Pipeline) -> set[str]:
+    return {
+        path
+        for spec in ALL_TABLES
+        for path in data_files_on_disk(Location.of(pipeline.store.uri(spec)))
+    }
+
+
+def _files_naming(pipeline: Pipeline, keys: list[str]) -> list[str]:
+    """The data files under the lake (the logs aside) whose bytes hold one of `keys`."""
+    found = []
+    for spec in ALL_TABLES:
+        for path in data_files_on_disk(Location.of(pipeline.store.uri(spec))):
+            data = Path(path).read_bytes()
+            found += [f"{path}: {key}" for key in keys if key.encode() in data]
+    return found
