@@ -93,6 +93,20 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _forget(args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from sessionize_assets.forget import forget
+
+    _quiet_dagster()
+    _default_dagster_home()
+    settings = Settings.from_env()
+    _start_spark_quietly(settings)
+    with DagsterInstance.get() as instance:
+        ok = forget(settings=settings, instance=instance, keys=args.keys)
+    return 0 if ok else 1
+
+
 def _spark_server(args: argparse.Namespace) -> int:
     from sessionize_assets.spark_server import running_server
 
@@ -346,6 +360,21 @@ def build_parser() -> argparse.ArgumentParser:
         "SESSIONIZE_SESSION_GAP_MINUTES or SESSIONIZE_MAX_SESSION_HOURS)",
     )
     rebuild.set_defaults(run=_rebuild)
+
+    forget = commands.add_parser(
+        "forget",
+        help="erase people on request (SPEC §8): their rows in every table and on disk, the "
+        "anonymousIds stitched to them too, and what was derived from them",
+    )
+    forget.add_argument(
+        "--user",
+        dest="keys",
+        action="append",
+        required=True,
+        metavar="KEY",
+        help="a userId or anonymousId to erase (repeat for several)",
+    )
+    forget.set_defaults(run=_forget)
 
     server = commands.add_parser(
         "spark-server",

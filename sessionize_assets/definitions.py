@@ -20,6 +20,11 @@ from sessionize_assets.assets.ingest import build_ingest_assets
 from sessionize_assets.assets.lifecycle import build_lifecycle_assets
 from sessionize_assets.assets.sessions import build_sessions_assets
 from sessionize_assets.checks import build_checks
+from sessionize_assets.erasure_jobs import (
+    FINISH_ERASURES_JOB,
+    build_finish_erasures_job,
+    build_forget_job,
+)
 from sessionize_assets.partitions import (
     event_day_partitions,
     received_day_partitions,
@@ -36,6 +41,7 @@ from sessionize_assets.resources.spark import (
     spark_config,
 )
 from sessionize_assets.schedules import build_maintenance_job, build_maintenance_schedule
+from sessionize_assets.sensors.erasure import build_erasure_sensor
 from sessionize_assets.sensors.landing import build_landing_sensor
 from sessionize_assets.sensors.late_data import build_late_data_sensor
 from sessionize_assets.sensors.lifecycle import build_lifecycle_sensor
@@ -149,6 +155,8 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 config=REBUILD_CONFIG,
             ),
             maintenance_job,
+            build_forget_job(settings),
+            build_finish_erasures_job(),
         ],
         schedules=[build_maintenance_schedule(settings=settings, maintenance_job=maintenance_job)],
         asset_checks=checks,
@@ -165,6 +173,12 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             ),
             build_lifecycle_sensor(
                 settings=settings, lifecycle_job_name=LIFECYCLE_JOB, sessions_job_name=SESSIONS_JOB
+            ),
+            build_erasure_sensor(
+                settings=settings,
+                finish_job_name=FINISH_ERASURES_JOB,
+                lake_jobs=(INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB, REBUILD_JOB),
+                session_days=event_days,
             ),
             # Declared so automation runs on a fresh `dagster dev` (the implicit one is STOPPED).
             AutomationConditionSensorDefinition(

@@ -1,10 +1,11 @@
-"""`sessionize replay`, killed with SIGKILL at one of its Delta commits: the fault injector.
+"""`sessionize replay` (or another command), killed with SIGKILL at one of its Delta commits:
+the fault injector.
 
-    python -m sessionize_tests.fault_runner AT WHEN
+    python -m sessionize_tests.fault_runner AT WHEN [COMMAND ...]
 
-kills the process group (the JVM with it, as a crash would) just `before` or `after` the
-AT-th commit to any table, counting from 1; with AT = 0 it kills nothing and prints the
-number of commits last. The count is kept where the libraries commit, so nothing of the
+runs `sessionize COMMAND ...` (`replay` when none is given) and kills the process group (the
+JVM with it, as a crash would) just `before` or `after` the AT-th commit to any table, counting
+from 1; with AT = 0 it kills nothing and prints the number of commits last. The count is kept where the libraries commit, so nothing of the
 project's own code is replaced: every commit of the embedded store, and the delta-spark
 store's commits of small tables, go through delta-rs's `create_write_transaction`; the
 delta-spark store's other commits are Delta Spark's `DataFrameWriter.save`,
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
         setattr(owner, name, counting(getattr(owner, name)))
     from sessionize_assets.cli import main as sessionize
 
-    code = sessionize(["replay"])
+    code = sessionize(argv[2:] or ["replay"])
     print(f"{COMMITS_LINE}{count}")
     return code
 

@@ -43,11 +43,14 @@ from sessionize_tests.table_rows import table_rows
 SHOWN = 3
 
 
-def differences(settings: Settings, spark: SparkSession, *, start: date) -> list[str]:
+def differences(
+    settings: Settings, spark: SparkSession, *, start: date, erased_lines: int = 0
+) -> list[str]:
     """One line per table whose rows differ from the full recompute of the landing zone
     (events, rejections by reason, identities, sessions, the quarantine, the lifecycle's
     intervals, states by day and snapshot), with a few rows missing and unexpected; [] when
-    the lake equals it."""
+    the lake equals it. After an erasure, `settings.landing_dir` is the zone without the
+    erased keys' lines, and `erased_lines` of theirs landed since, as `erased` rejections."""
     store = STORES[settings.lake_backend](spark=spark, lake=settings.lake)
     ref = reference_validate(settings.landing_dir, start)
     found: list[str] = []
@@ -73,7 +76,7 @@ def differences(settings: Settings, spark: SparkSession, *, start: date) -> list
     compare(
         f"{REJECTED_EVENTS.name} (reasons)",
         (r.reason for r in table_rows(store, REJECTED_EVENTS)),
-        ref.rejections.elements(),
+        (ref.rejections + Counter({"erased": erased_lines})).elements(),
     )
     identities = reference_identities(ref.winners)
     compare(

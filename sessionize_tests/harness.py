@@ -229,3 +229,6 @@ class KilledBeforeCommitTo:
 
     def replace_partitions_arrow(self, spec, data, **kwargs):
         return self._commit("replace_partitions_arrow", spec, data, **kwargs)
+
+    def replace_partitions(self, spec, df, **kwargs):
+        return self._commit("replace_partitions", spec, df, **kwargs)

@@ -4,6 +4,7 @@ A run covers one batch or a range of them (a backfill is one run and one Spark j
 batch's partition is reported with its own figures.
 """
 
+from collections.abc import Callable, Iterator, Mapping
 from datetime import date
 
 from dagster import (
@@ -23,8 +24,8 @@ from sessionize_assets.assets.reports import (
 )
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import LANDING_BATCHES, RAW_EVENTS, REJECTED_EVENTS
-from sessionize_assets.pipeline.ingest import BatchIngested, ingest_batches
-from sessionize_assets.pipeline.landing import fingerprint, ingested_batches
+from sessionize_assets.pipeline.ingest import BatchIngested, IngestResult, ingest_batches
+from sessionize_assets.pipeline.landing import BatchFingerprint, fingerprint, ingested_batches
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import (
     BatchFileError,
@@ -112,54 +113,77 @@ def build_ingest_assets(
                     f"cannot read batch file {path} (truncated or corrupt?): nothing of received "
                     f"days {days[0]}..{days[-1]} was committed"
                 ) from error
-            rejected_rows = store.row_counts(REJECTED_EVENTS, partitions=days)
-            for day in days:
-                batch = result.batches[day]
-                late = lateness(batch)
-                raw = RawBatchMetadata(
-                    row_count=batch.accepted,
-                    lines=batch.accepted + batch.rejected,
-                    accepted=batch.accepted,
-                    rejected=batch.rejected,
-                    late_events=batch.accepted - late.get("same day", 0),
-                    event_dates={d.isoformat(): n for d, n in sorted(batch.events_by_date.items())},
-                    lateness=late,
-                    summary=_batch_summary(batch, late),
-                    files=len(files[day]),
-                    ignored_files=ignored[day],
-                    batch_fingerprint=fingerprints[day].digest,
-                    batch_bytes=fingerprints[day].total_bytes,
-                    uri=store.uri(RAW_EVENTS),
-                    delta_version=reported_version(result.raw.version),
-                    index_version=reported_version(result.index.version),
-                    touched_event_dates=[d.isoformat() for d in batch.touched_event_dates],
-                )
-                context.log.info(
-                    f"batch {day}: {len(files[day])} files, {batch.accepted} accepted, "
-                    f"{batch.rejected} rejected, {raw.late_events} late"
-                )
-                yield AssetMaterialization(
-                    asset_key=RAW_EVENTS.name,
-                    partition=day.isoformat(),
-                    metadata=raw.to_metadata()
-                    | (IngestRunMetadata(spark_jobs=jobs).to_metadata() if day == days[-1] else {}),
-                )
-                yield AssetMaterialization(
-                    asset_key=REJECTED_EVENTS.name,
-                    partition=day.isoformat(),
-                    metadata=RejectedBatchMetadata(
-                        row_count=rejected_rows.get(day.isoformat(), 0),
-                        rejected_at_ingestion=batch.rejected,
-                        rejected_by_reason=batch.rejected_by_reason,
-                        uri=store.uri(REJECTED_EVENTS),
-                        delta_version=reported_version(result.rejected.version),
-                        summary=markdown_table(
-                            batch.rejected_by_reason, key="reason", value="lines"
-                        ),
-                    ).to_metadata(),
-                )
+            yield from batch_materializations(
+                store,
+                result,
+                files={day: len(files[day]) for day in days},
+                ignored=ignored,
+                fingerprints=fingerprints,
+                spark_jobs=jobs,
+                log=context.log.info,
+            )
 
     return ingest_batch
+
+
+def batch_materializations(
+    store: DeltaStore,
+    result: IngestResult,
+    *,
+    files: Mapping[date, int],
+    ignored: Mapping[date, list[str]],
+    fingerprints: Mapping[date, BatchFingerprint],
+    spark_jobs: int | None,
+    log: Callable[[str], None],
+) -> Iterator[AssetMaterialization]:
+    """Each ingested batch's `raw_events` and `rejected_events` partitions, with the figures
+    of what they hold (the run's own on the last): what an ingest run reports, and an erasure
+    that ingests batches again (`erasure_jobs.py`). `files`: files read per batch."""
+    days = sorted(result.batches)
+    rejected_rows = store.row_counts(REJECTED_EVENTS, partitions=days)
+    for day in days:
+        batch = result.batches[day]
+        late = lateness(batch)
+        raw = RawBatchMetadata(
+            row_count=batch.accepted,
+            lines=batch.accepted + batch.rejected,
+            accepted=batch.accepted,
+            rejected=batch.rejected,
+            late_events=batch.accepted - late.get("same day", 0),
+            event_dates={d.isoformat(): n for d, n in sorted(batch.events_by_date.items())},
+            lateness=late,
+            summary=_batch_summary(batch, late),
+            files=files[day],
+            ignored_files=ignored[day],
+            batch_fingerprint=fingerprints[day].digest,
+            batch_bytes=fingerprints[day].total_bytes,
+            uri=store.uri(RAW_EVENTS),
+            delta_version=reported_version(result.raw.version),
+            index_version=reported_version(result.index.version),
+            touched_event_dates=[d.isoformat() for d in batch.touched_event_dates],
+        )
+        log(
+            f"batch {day}: {files[day]} files, {batch.accepted} accepted, "
+            f"{batch.rejected} rejected, {raw.late_events} late"
+        )
+        yield AssetMaterialization(
+            asset_key=RAW_EVENTS.name,
+            partition=day.isoformat(),
+            metadata=raw.to_metadata()
+            | (IngestRunMetadata(spark_jobs=spark_jobs).to_metadata() if day == days[-1] else {}),
+        )
+        yield AssetMaterialization(
+            asset_key=REJECTED_EVENTS.name,
+            partition=day.isoformat(),
+            metadata=RejectedBatchMetadata(
+                row_count=rejected_rows.get(day.isoformat(), 0),
+                rejected_at_ingestion=batch.rejected,
+                rejected_by_reason=batch.rejected_by_reason,
+                uri=store.uri(REJECTED_EVENTS),
+                delta_version=reported_version(result.rejected.version),
+                summary=markdown_table(batch.rejected_by_reason, key="reason", value="lines"),
+            ).to_metadata(),
+        )
 
 
 def _batches_to_read(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import date
 
-from dagster import AssetExecutionContext
+from dagster import AssetExecutionContext, OpExecutionContext
 from pyspark.sql import SparkSession
 
 from sessionize_assets.lake.store import DeltaStore
@@ -20,7 +20,13 @@ class LakeStep:
     Spark session (`spark`, started on first use), and `counting_jobs` counts the Spark jobs
     of the step's work, which its metadata reports (`spark_jobs`)."""
 
-    def __init__(self, *, context: AssetExecutionContext, lake: LakeResource, step: str) -> None:
+    def __init__(
+        self,
+        *,
+        context: AssetExecutionContext | OpExecutionContext,
+        lake: LakeResource,
+        step: str,
+    ) -> None:
         self._context = context
         self._lake = lake
         self._step = step
@@ -65,7 +71,7 @@ class LakeStep:
 
 @contextmanager
 def lake_step(
-    context: AssetExecutionContext, lake: LakeResource, *, step: str
+    context: AssetExecutionContext | OpExecutionContext, lake: LakeResource, *, step: str
 ) -> Iterator[LakeStep]:
     """The lake's writer lock for `step` of `context`'s run (from its first read to its last
     commit), and the step's hold on the lake (`LakeStep`)."""

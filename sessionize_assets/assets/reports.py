@@ -295,6 +295,36 @@ class LifecycleRunMetadata(StepFigures):
     spark_jobs: int | None
 
 
+# -- erasures (SPEC §8): the output of forget_job's and finish_erasures_job's ops -------------
+
+
+@metadata_record
+class ErasureBegunMetadata(MetadataRecord):
+    """What `forget_job` did: the erasure recorded, and the batches ingested again without
+    its keys' lines (each reported as a `raw_events` and `rejected_events` partition)."""
+
+    erasure_id: str
+    keys_given: int
+    stitched_ids: int  # anonymousIds that user_identities mapped to a key given
+    # Live rows that held an erased key when the erasure began: what it removes.
+    rows_removed: dict[str, int] = entry(shown=Shown.JSON)
+    batches_ingested_again: list[str] = entry(shown=Shown.JSON)
+    event_dates_behind: list[str] = entry(shown=Shown.JSON)  # what the events runs redo
+    summary: str = entry(shown=Shown.MARKDOWN)
+    spark_jobs: int | None
+
+
+@metadata_record
+class ErasureFinishedMetadata(MetadataRecord):
+    """What `finish_erasures_job` did: the erasures it finished, the corrections-log rows
+    that lost their key, and the data files deleted per table."""
+
+    erasures_finished: list[str] = entry(shown=Shown.JSON)
+    corrections_redacted: int
+    files_deleted: dict[str, int] = entry(shown=Shown.JSON)
+    spark_jobs: int | None
+
+
 # The steps' figures, one record per asset step: each carries the Spark jobs its step started.
 STEP_FIGURES: tuple[type[StepFigures], ...] = (
     IngestRunMetadata,

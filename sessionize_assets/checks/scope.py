@@ -169,7 +169,9 @@ def changed_rows(
             left[row] -= 1
         else:
             kept.append(index)
-    return added.take(kept)
+    # Typed: an empty list is an array of nulls, which `take` has no kernel for (a run that
+    # only removed rows keeps none of the files' rows it rewrote).
+    return added.take(pa.array(kept, type=pa.int64()))
 
 
 def frame_of(spark: SparkSession, spec: TableSpec, rows: pa.Table) -> DataFrame:

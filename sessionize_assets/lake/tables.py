@@ -361,6 +361,12 @@ ERASURES = TableSpec(
             False,
             "JSON {table: rows}: the live rows that held the erasure's keys when it began",
         ),
+        (
+            "batches",
+            StringType(),
+            False,
+            "JSON [received days]: the batches it ingests again without its keys' lines",
+        ),
         ("finished_at", TimestampType(), True, "when its last file was deleted (null: not yet)"),
     ),
 )

@@ -13,7 +13,7 @@ import json
 import secrets
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -35,6 +35,7 @@ class Erasure:
     key_hashes: frozenset[str]
     stitched_hashes: frozenset[str]
     rows_removed: Mapping[str, int]
+    batches: tuple[date, ...]  # ingested again without the keys' lines
     finished_at: datetime | None = None
 
     @property
@@ -85,6 +86,7 @@ def erasure_book(store: DeltaStore) -> ErasureBook:
                     key_hashes=frozenset(r["key_hash"] for r in own if not r["stitched"]),
                     stitched_hashes=frozenset(r["key_hash"] for r in own if r["stitched"]),
                     rows_removed=json.loads(own[0]["rows_removed"]),
+                    batches=tuple(map(date.fromisoformat, json.loads(own[0]["batches"]))),
                     finished_at=own[0]["finished_at"],
                 )
                 for erasure_id, own in by_id.items()
@@ -141,5 +143,6 @@ def _row(erasure: Erasure, *, key_hash: str, salt: str, stitched: bool) -> dict:
         "key_hash": key_hash,
         "stitched": stitched,
         "rows_removed": json.dumps(dict(sorted(erasure.rows_removed.items()))),
+        "batches": json.dumps([day.isoformat() for day in sorted(erasure.batches)]),
         "finished_at": erasure.finished_at,
     }

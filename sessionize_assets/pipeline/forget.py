@@ -31,7 +31,7 @@ commit). What history it costs is in docs/erasure.md.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from urllib.parse import unquote, urlparse
@@ -62,7 +62,7 @@ from sessionize_assets.pipeline.erased_keys import (
     record_erasures,
 )
 from sessionize_assets.pipeline.ingest import IngestResult, ingest_batches
-from sessionize_assets.pipeline.landing import ingested_batches
+from sessionize_assets.pipeline.landing import BatchFingerprint, ingested_batches
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.erased import ErasedKeys, key_hash
 from sessionize_assets.transforms.validation import ERASED, INGEST
@@ -152,6 +152,7 @@ class ErasureBegun:
     erasure: Erasure
     holding: Holding  # what the live tables held of every erased key when it began
     ingested: IngestResult | None  # the batches ingested again without the erased lines
+    fingerprints: Mapping[date, BatchFingerprint]  # what those batches were read from
 
 
 def begin_erasure(
@@ -178,6 +179,8 @@ def begin_erasure(
     known = book.erased.hashes if book.erased else frozenset()
     erased = ErasedKeys(salt=salt, hashes=known | key_hashes | stitched_hashes)
     holding = live_rows_holding(store, erased)
+    holding_batches = {*holding.partitions(RAW_EVENTS), *holding.partitions(REJECTED_EVENTS)}
+    landing = store.read_arrow(LANDING_BATCHES)
     if going is None:
         erasure = Erasure(
             erasure_id=run_id,
@@ -185,17 +188,33 @@ def begin_erasure(
             key_hashes=key_hashes,
             stitched_hashes=stitched_hashes,
             rows_removed=holding.by_table,
+            batches=tuple(sorted(holding_batches)),
         )
-        record_erasures(store, book, salt=salt, changed=[erasure])
+        batches = sorted(holding_batches)
     else:
-        # Counted when it began: a second run finds what the first left.
-        erasure = replace(going, stitched_hashes=stitched_hashes)
-        if erasure != going:
-            record_erasures(store, book, salt=salt, changed=[erasure])
-    batches = sorted({*holding.partitions(RAW_EVENTS), *holding.partitions(REJECTED_EVENTS)})
-    ingested = None
+        # Counted when it began. A batch it ingested again is done once its landing record
+        # (an ingestion's last commit) is younger than the erasure: a run killed between a
+        # batch's first and last commits left its raw rows clean, and the rest to redo.
+        recorded_at = {
+            row["received_date"]: row["ingested_at"]
+            for row in landing.select(["received_date", "ingested_at"]).to_pylist()
+        }
+        unfinished = {
+            day
+            for day in going.batches
+            if recorded_at.get(day) is None or recorded_at[day] < going.requested_at
+        }
+        erasure = replace(
+            going,
+            stitched_hashes=stitched_hashes,
+            batches=tuple(sorted({*going.batches, *holding_batches})),
+        )
+        batches = sorted(holding_batches | unfinished)
+    if erasure != going:
+        record_erasures(store, book, salt=salt, changed=[erasure])
+    ingested, recorded = None, {}
     if batches:
-        recorded = ingested_batches(store.read_arrow(LANDING_BATCHES, partitions=batches))
+        recorded = {d: f for d, f in ingested_batches(landing).items() if d in batches}
         unrecorded = [day for day in batches if day not in recorded]
         if unrecorded:
             raise LakeError(f"batches {unrecorded} hold rows but no landing record: not ingested?")
@@ -207,7 +226,7 @@ def begin_erasure(
             run_id=run_id,
             erasing=True,
         )
-    return ErasureBegun(erasure=erasure, holding=holding, ingested=ingested)
+    return ErasureBegun(erasure=erasure, holding=holding, ingested=ingested, fingerprints=recorded)
 
 
 def lake_lines(store: DeltaStore, batches: Iterable[date]) -> DataFrame:
@@ -238,7 +257,9 @@ class ErasureFinished:
     files_deleted: Mapping[str, int]  # per table
 
 
-def finish_erasure(store: DeltaStore, spark: SparkSession, *, run_id: str) -> ErasureFinished:
+def finish_erasure(
+    store: DeltaStore, spark: Callable[[], SparkSession], *, run_id: str
+) -> ErasureFinished:
     """Finish every erasure going, once the runs that follow it have caught up: the
     corrections log loses the erased keys, every data file that holds one is deleted, and
     the erasures are marked finished. `ErasureNotCaughtUp` when another live row still holds
@@ -279,7 +300,7 @@ def finish_erasure(store: DeltaStore, spark: SparkSession, *, run_id: str) -> Er
             ),
             commit_metadata={"dagster_run_id": run_id, "sessionize": "erasure"},
         )
-    files = files_holding(store, spark, erased)
+    files = files_holding(store, spark(), erased)
     live = {spec.name: set(store.live_files(spec)) for spec in KEYED_TABLES}
     still = sorted(path for table, paths in files.items() for path in paths if path in live[table])
     if still:

@@ -15,9 +15,11 @@ from dagster import AssetKey, DagsterEventType, ExecuteInProcessResult
 
 from sessionize_assets.assets.reports import STEP_FIGURES, AssetRecord, StepFigures
 from sessionize_assets.checks.definitions import CheckMetadata
+from sessionize_assets.typed_metadata import MetadataRecord
 
 R = TypeVar("R", bound=AssetRecord)
 F = TypeVar("F", bound=StepFigures)
+M = TypeVar("M", bound=MetadataRecord)
 
 
 def run_succeeded(result: ExecuteInProcessResult) -> bool:
@@ -59,6 +61,17 @@ def first_error(result: ExecuteInProcessResult) -> str:
 def reported(result: ExecuteInProcessResult, record: type[R]) -> list[R]:
     """Each materialization of `record`'s table that the run logged, read as `record`."""
     return [record.from_metadata(metadata) for _, metadata in _materializations(result, record)]
+
+
+def op_output(result: ExecuteInProcessResult, record: type[M]) -> M | None:
+    """The first output of an op of the run whose metadata holds `record` (an op job's
+    figures: `ErasureBegunMetadata`, say)."""
+    for event in result.all_events:
+        if event.event_type == DagsterEventType.STEP_OUTPUT:
+            found = record.in_metadata(event.step_output_data.metadata)
+            if found is not None:
+                return found
+    return None
 
 
 def flagged_partitions(

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from sessionize_assets.lake.location import Location
-from sessionize_assets.lake.tables import ALL_TABLES, ERASURES, REJECTED_EVENTS, SESSION_CHANGES
+from sessionize_assets.lake.tables import (
+    ALL_TABLES,
+    ERASURES,
+    EVENT_IDS,
+    REJECTED_EVENTS,
+    SESSION_CHANGES,
+)
 from sessionize_assets.pipeline.erased_keys import erasure_book
 from sessionize_assets.pipeline.forget import (
     ERASED_USER,
@@ -18,7 +24,7 @@ from sessionize_assets.pipeline.forget import (
     finish_erasure,
 )
 from sessionize_tests.driver import catch_up
-from sessionize_tests.harness import ON_EACH_BACKEND, Pipeline, day
+from sessionize_tests.harness import ON_EACH_BACKEND, Killed, KilledBeforeCommitTo, Pipeline, day
 from sessionize_tests.reference import without_erased_lines
 from sessionize_tests.table_rows import table_rows
 
@@ -73,17 +79,28 @@ def test_an_erasure_removes_a_user_and_their_devices_and_what_followed_them(
     pipeline.process(day(1))
     store, settings = pipeline.store, pipeline.settings
 
-    begun = begin_erasure(store, keys=[ALICE], settings=settings, run_id="forget-1")
+    # Killed between its batches' raw_events commit and their id index's: the raw rows are
+    # clean already, and a second run must still finish those batches.
+    with pytest.raises(Killed):
+        begin_erasure(
+            KilledBeforeCommitTo(store, EVENT_IDS.name),
+            keys=[ALICE],
+            settings=settings,
+            run_id="forget-1",
+        )
+    begun = begin_erasure(store, keys=[ALICE], settings=settings, run_id="forget-2")
+    assert begun.erasure.erasure_id == "forget-1" and begun.ingested is not None
+    assert sorted(begun.ingested.batches) == [day(0), day(1)]
     assert len(begun.erasure.stitched_hashes) == 1  # her device
     assert begun.erasure.rows_removed["raw_events"] == 4  # d1, a1, shared (day 0), a2
     assert begun.erasure.rows_removed["rejected_events"] == 1  # the malformed line
     with pytest.raises(ErasureNotCaughtUp, match="events"):
-        finish_erasure(store, spark, run_id="finish-early")
+        finish_erasure(store, lambda: spark, run_id="finish-early")
     catch_up(store, spark, settings=settings, run_id="follow")
     naming = _files_naming(pipeline, [ALICE, DEVICE])
     before = _data_files(pipeline)
     assert naming, "the replaced files are still on disk before the erasure finishes"
-    finished = finish_erasure(store, spark, run_id="finish")
+    finished = finish_erasure(store, lambda: spark, run_id="finish")
     # Only the files that held a key are gone (the corrections log's rewrite added some).
     assert before - _data_files(pipeline) == {line.split(": ")[0] for line in naming}
     assert [e.erasure_id for e in finished.erasures] == ["forget-1"]
