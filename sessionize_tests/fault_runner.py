@@ -5,12 +5,12 @@ the fault injector.
 
 runs `sessionize COMMAND ...` (`replay` when none is given) and kills the process group (the
 JVM with it, as a crash would) just `before` or `after` the AT-th commit to any table, counting
-from 1; with AT = 0 it kills nothing and prints the number of commits last. The count is kept where the libraries commit, so nothing of the
-project's own code is replaced: every commit of the embedded store, and the delta-spark
-store's commits of small tables, go through delta-rs's `create_write_transaction`; the
-delta-spark store's other commits are Delta Spark's `DataFrameWriter.save`,
-`DeltaMergeBuilder.execute` and `DeltaTableBuilder.execute`. The settings come from the
-environment, as for the `sessionize` command.
+from 1; with AT = 0 it kills nothing and prints the number of commits last. The count is kept
+where the libraries commit, so nothing of the project's own code is replaced: every commit of
+the embedded store, and the delta-spark store's commits of small tables, go through delta-rs's
+`create_write_transaction`; the delta-spark store's other commits are Delta Spark's
+`DataFrameWriter.save`, `DeltaMergeBuilder.execute` and `DeltaTableBuilder.execute`. The
+settings come from the environment, as for the `sessionize` command.
 """
 
 from __future__ import annotations
