@@ -9,6 +9,9 @@ does (production Spark settings, in one process), and reports:
 - a bare PySpark full recompute of the whole zone in the same, warm session: it reads every
   JSON line (gzip too), keeps the valid ones, one copy per messageId (the earliest received),
   sessionizes with window functions and writes Parquet by session date (median of 3);
+- the erasure of one signed-in person (SPEC §8: `sessionize forget`, their stitched devices
+  with them) on the lake the replay left, against the median batch: seconds, runs and Spark
+  jobs;
 - their ratio, and the batch's time by phase (median over the batches after the first):
   Spark jobs (from Spark's event log), the driver's other calls into Spark's JVM (plan
   analysis, py4j round trips), delta-rs (log loads and commits), Dagster storing its events,
@@ -287,7 +290,60 @@ def small_batch_figures(
         [f"parsing the batch's {lines:.0f} lines in Python (inside ingest's job)", f"{parse:.2f}"],
     ]
     print(table(["phase", "seconds"], phases))
-    return {"batch": median_batch, "bare": median_bare}
+    erasure = erasure_figures(settings, instance, event_log, mark=mark, marks=marks)
+    print()
+    print(
+        table(
+            ["the erasure of one person, against the median batch", "value"],
+            [
+                ["keys given + anonymousIds stitched to them", erasure["keys"]],
+                ["seconds", f"{erasure['seconds']:.2f}"],
+                ["erasure / median batch", f"{erasure['seconds'] / median_batch:.2f}x"],
+                [
+                    "Spark jobs (the batch's median)",
+                    f"{erasure['jobs']} ({counts[0] and statistics.median(counts[0]):.0f})",
+                ],
+                ["runs", erasure["runs"]],
+            ],
+        )
+    )
+    return {"batch": median_batch, "bare": median_bare, "erasure": erasure["seconds"]}
+
+
+def erasure_figures(
+    settings: Settings,
+    instance: DagsterInstance,
+    event_log: Path,
+    *,
+    mark: Any,
+    marks: list[tuple[float, Counter[str], Counter[str]]],
+) -> dict[str, Any]:
+    """`sessionize forget` of the signed-in user with the most stitched devices: its seconds,
+    Spark jobs (from the event log) and runs."""
+    from sessionize_assets.definitions import build_resources
+    from sessionize_assets.forget import forget
+    from sessionize_assets.lake.tables import USER_IDENTITIES
+    from sessionize_assets.resources.lake import STORES
+
+    spark = build_resources(settings, spark_ui=False)["spark"].session()
+    store = STORES[settings.lake_backend](spark=spark, lake=settings.lake)
+    devices = Counter(store.read_arrow(USER_IDENTITIES).column("user_id").to_pylist())
+    person = max(sorted(devices), key=lambda user: devices[user])
+    runs_before = len(instance.get_run_records())
+    mark()
+    started = time.monotonic()
+    if not forget(settings=settings, instance=instance, keys=[person], echo=lambda _: None):
+        raise SystemExit("the erasure failed")
+    seconds = time.monotonic() - started
+    mark()
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+    (jobs,) = spark_job_seconds(event_log, [(marks[-2][0], marks[-1][0])])
+    return {
+        "keys": f"1 + {devices[person]}",
+        "seconds": seconds,
+        "jobs": len(jobs),
+        "runs": len(instance.get_run_records()) - runs_before,
+    }
 
 
 if __name__ == "__main__":
