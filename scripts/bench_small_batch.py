@@ -301,12 +301,15 @@ def small_batch_figures(
                 ["erasure / median batch", f"{erasure['seconds'] / median_batch:.2f}x"],
                 [
                     "Spark jobs (the batch's median)",
-                    f"{erasure['jobs']} ({counts[0] and statistics.median(counts[0]):.0f})",
+                    f"{erasure['jobs']} ({statistics.median(counts[0]):.0f})",
                 ],
                 ["runs", erasure["runs"]],
             ],
         )
     )
+    print("what `sessionize forget` said:")
+    for line in erasure["said"]:
+        print(f"  {line}")
     return {"batch": median_batch, "bare": median_bare, "erasure": erasure["seconds"]}
 
 
@@ -332,8 +335,9 @@ def erasure_figures(
     runs_before = len(instance.get_run_records())
     mark()
     started = time.monotonic()
-    if not forget(settings=settings, instance=instance, keys=[person], echo=lambda _: None):
-        raise SystemExit("the erasure failed")
+    said: list[str] = []
+    if not forget(settings=settings, instance=instance, keys=[person], echo=said.append):
+        raise SystemExit("the erasure failed: " + "\n".join(said))
     seconds = time.monotonic() - started
     mark()
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
@@ -343,6 +347,7 @@ def erasure_figures(
         "seconds": seconds,
         "jobs": len(jobs),
         "runs": len(instance.get_run_records()) - runs_before,
+        "said": said,
     }
 
 

@@ -61,3 +61,10 @@ def test_dev_hands_its_arguments_to_dagster_dev_and_other_commands_refuse_unknow
     assert args.command == "dev" and extra == ["-h", "127.0.0.1", "-p", "3000"]
     with pytest.raises(SystemExit):
         main(["replay", "--bogus"])
+
+
+def test_forget_takes_one_user_or_more_and_needs_one():
+    parser = build_parser()
+    assert parser.parse_args(["forget", "--user", "a", "--user", "b"]).keys == ["a", "b"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["forget"])

@@ -6,7 +6,9 @@ Why each step:
   run (`TableSpec.compact`). It commits with `dataChange = false`, so readers of the change
   feed (`DeltaStore.changes`) see no change, and every version before it stays readable.
 - **Checkpoint**: a reader loads the table from one Parquet file instead of replaying every
-  commit since the start.
+  commit since the start. The log entries older than `delta.logRetentionDuration` (30 days
+  by default) before it are deleted then, as Delta Spark does at its checkpoints: with them go
+  the statistics of files an erasure deleted (docs/erasure.md).
 - **Vacuum** deletes the files no version within the retention period reads: replaced files,
   and files a killed writer had moved into the table but never committed (or, on the
   delta-spark backend, that a failed Delta Spark write left). A reader of the
@@ -75,12 +77,13 @@ def checkpoint_and_report(
 ) -> MaintenanceResult:
     """The end of maintenance on either backend: the stale staging folders of a local table
     removed (an object store's staging is a local temporary folder), a checkpoint of the
-    version compaction and vacuum left (delta-rs writes it, and it is not a commit), and what
-    was done."""
+    version compaction and vacuum left (delta-rs writes it, and it is not a commit), the log
+    entries past the log retention deleted, and what was done."""
     if root.is_local:
         remove_stale_staging(root.local_path() / STAGING_DIR, older_than=retention)
     table = DeltaTable(str(root))
     table.create_checkpoint()
+    table.cleanup_metadata()
     return MaintenanceResult(
         table=spec.name,
         version=table.version(),
