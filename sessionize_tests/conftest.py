@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -146,6 +147,49 @@ def run_sessionize(
     """`sessionize ARGS` (this venv's command) through `run_command`."""
     sessionize = str(Path(sys.executable).with_name("sessionize"))
     return run_command([sessionize, *args], env=env, cwd=cwd, timeout=timeout)
+
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def killed_at_commit(
+    settings: Settings,
+    *,
+    home: Path,
+    at: int,
+    when: str = "before",
+    command: Sequence[str] = (),
+    cwd: Path,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess[str]:
+    """`sessionize COMMAND` (`replay` by default) with these settings and Dagster home, under
+    the fault injector (`fault_runner.py`), killed with SIGKILL `when` its `at`-th commit (0:
+    not killed); in a process group of its own, which is gone when this returns (the crash is
+    over: what an operator reruns after). A timeout kills the group and raises."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sessionize_tests.fault_runner", str(at), when, *command],
+        env={
+            **os.environ,
+            **settings_environment(settings),
+            "DAGSTER_HOME": str(home),
+            # The injector is a test module: importable from the project, not the package.
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")])
+            ),
+        },
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the JVM dies with it
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    wait_until_group_is_gone(process.pid)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def wait_until_group_is_gone(pgid: int, *, timeout: float = 60.0) -> None:

@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import date
 from pathlib import Path
@@ -22,14 +19,13 @@ from deltalake import DeltaTable
 
 from sessionize_assets.definitions import build_definitions
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
-from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
+from sessionize_tests.conftest import PROJECT, killed_at_commit, make_settings
 from sessionize_tests.fault_runner import COMMITS_LINE
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
 
 START = date(2026, 1, 1)
-PROJECT = Path(__file__).resolve().parents[1]
 TRIALS = int(os.environ.get("SESSIONIZE_FAULT_TRIALS", "4"))
 SEED = int(os.environ.get("SESSIONIZE_FAULT_SEED", "12"))
 # Every asset's table (the bookkeeping tables record run ids, times and versions).
@@ -51,34 +47,12 @@ def _replay(
     home = root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(PROJECT / "dagster.yaml", home / "dagster.yaml")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sessionize_tests.fault_runner", str(at), when],
-        env={
-            **os.environ,
-            **settings_environment(settings),
-            "DAGSTER_HOME": str(home),
-            # The injector is a test module: importable from the project, not the package.
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")])
-            ),
-        },
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: the JVM dies with it
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=900)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise
-    wait_until_group_is_gone(process.pid)  # the crash is over: what an operator reruns after
+    done = killed_at_commit(settings, home=home, at=at, when=when, cwd=root)
     if at == 0:
-        assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     else:
-        assert process.returncode == -9, f"not killed at commit {at}: {stdout[-2000:]}"
-    return stdout
+        assert done.returncode == -9, f"not killed at commit {at}: {done.stdout[-2000:]}"
+    return done.stdout
 
 
 def _content(lake: Path) -> dict[str, Counter]:

@@ -6,11 +6,7 @@ project's Dagster jobs and a real instance."""
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import date
 from pathlib import Path
@@ -26,7 +22,7 @@ from sessionize_assets.pipeline.erased_keys import erasure_book
 from sessionize_assets.pipeline.forget import data_files_on_disk
 from sessionize_assets.replay.command import replay
 from sessionize_assets.resources.lake import STORES
-from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
+from sessionize_tests.conftest import PROJECT, killed_at_commit, make_settings
 from sessionize_tests.full_recompute import differences
 from sessionize_tests.reference import (
     is_erased_line,
@@ -41,7 +37,6 @@ from sessionize_tests.table_rows import table_rows
 pytestmark = pytest.mark.slow
 
 START = date(2026, 1, 1)
-PROJECT = Path(__file__).resolve().parents[1]
 # The first forget is killed just before this commit of its own (counting from 1): past the
 # erasure's begin (the record, then the batches' five commits) and its events run's first.
 KILLED_AT_COMMIT = 9
@@ -106,36 +101,10 @@ def test_forget_erases_three_people_exactly_even_killed_halfway(spark, tmp_path)
 
         # kill -9 halfway through the first erasure (the JVM with it)...
         command = ["forget", *(arg for key in (signed_in, bot, late) for arg in ("--user", key))]
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sessionize_tests.fault_runner",
-                str(KILLED_AT_COMMIT),
-                "before",
-                *command,
-            ],
-            env={
-                **os.environ,
-                **settings_environment(settings),
-                "DAGSTER_HOME": str(home),
-                "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")])
-                ),
-            },
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+        done = killed_at_commit(
+            settings, home=home, at=KILLED_AT_COMMIT, command=command, cwd=tmp_path, timeout=600
         )
-        try:
-            stdout, stderr = process.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            raise
-        wait_until_group_is_gone(process.pid)
-        assert process.returncode == -9, f"not killed: {stdout[-2000:]} {stderr[-2000:]}"
+        assert done.returncode == -9, f"not killed: {done.stdout[-2000:]} {done.stderr[-2000:]}"
         store = STORES[settings.lake_backend](spark=spark, lake=settings.lake)
         assert erasure_book(store).pending, "killed after the erasure was recorded"
 

@@ -1,4 +1,5 @@
-"""SPEC §8 on each backend, without Dagster: an erasure's rules, one at a time."""
+"""SPEC §8 without Dagster, on the delta-spark backend (`test_forget.py` runs the embedded
+one end to end): an erasure's rules, one at a time."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.tables import (
     ALL_TABLES,
@@ -24,7 +26,7 @@ from sessionize_assets.pipeline.forget import (
     finish_erasure,
 )
 from sessionize_tests.driver import catch_up
-from sessionize_tests.harness import ON_EACH_BACKEND, Killed, KilledBeforeCommitTo, Pipeline, day
+from sessionize_tests.harness import Killed, KilledBeforeCommitTo, Pipeline, day
 from sessionize_tests.reference import without_erased_lines
 from sessionize_tests.table_rows import table_rows
 
@@ -70,7 +72,7 @@ def _land(pipeline: Pipeline) -> None:
     )
 
 
-@ON_EACH_BACKEND
+@pytest.mark.parametrize("pipeline", [DeltaSparkStore], ids=["delta-spark"], indirect=True)
 def test_an_erasure_removes_a_user_and_their_devices_and_what_followed_them(
     pipeline: Pipeline, spark, tmp_path
 ):
