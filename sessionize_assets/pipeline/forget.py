@@ -1,7 +1,7 @@
 """SPEC §8: forget people on request, exactly, at the cost of what they touched.
 
 An erasure is a retraction of lines, and sessionize already recomputes exactly what a changed
-batch touches. So an erasure is made of the pipeline's own recipes, in two halves:
+batch touches. So an erasure is made of the pipeline's own recipes, in three stages:
 
 1. `begin_erasure` (one turn of the writer lock): the keys given, and every anonymousId
    `user_identities` maps to them, are recorded in `erasures` as salted hashes; from then on

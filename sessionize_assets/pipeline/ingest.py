@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -119,6 +120,9 @@ def ingest_batches(
     landing = record_ingested(
         store, fingerprints.values(), ingest_version=raw.version or 0, run_id=run_id
     )
+    # An erasure keeps the batches' `erased` rejections (the lines that landed after an
+    # earlier one): they are the batches' lines too.
+    kept = _erased_rejections(store, days) if erasing else {}
     batches = {}
     for day in days:
         events = {r["event_date"]: r["events"] for r in index_rows if r["received_date"] == day}
@@ -126,6 +130,7 @@ def ingest_batches(
         reasons.update(
             {r["reason"]: r["count"] for r in written.by_reason if r["received_date"] == day}
         )
+        reasons[ERASED] += kept.get(day, 0)
         batches[day] = BatchIngested(
             received=day,
             events_by_date=events,
@@ -140,6 +145,13 @@ def ingest_batches(
         landing=landing,
         batches=batches,
     )
+
+
+def _erased_rejections(store: DeltaStore, days: list[date]) -> dict[date, int]:
+    """`erased` rejections per batch, read on the driver (a batch's rejections are few)."""
+    rows = store.read_arrow(REJECTED_EVENTS, partitions=days, columns=["received_date", "reason"])
+    erased = rows.filter(pc.equal(rows.column("reason"), ERASED))
+    return dict(Counter(erased.column("received_date").to_pylist()))
 
 
 @dataclass(frozen=True, kw_only=True)

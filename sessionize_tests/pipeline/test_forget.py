@@ -30,7 +30,7 @@ from sessionize_tests.harness import Killed, KilledBeforeCommitTo, Pipeline, day
 from sessionize_tests.reference import without_erased_lines
 from sessionize_tests.table_rows import table_rows
 
-ALICE, DEVICE, BOB = "alice", "device-of-alice", "bob"
+ALICE, DEVICE, BOB, CAROL = "alice", "device-of-alice", "bob", "carol"
 
 
 def _anonymous(device: str) -> dict:
@@ -56,6 +56,7 @@ def _land(pipeline: Pipeline) -> None:
             ("shared", ALICE, "2026-01-10 09:20"),
             ("b1", BOB, "2026-01-10 09:05"),
             ("b2", BOB, "2026-01-10 23:50"),
+            ("c1", CAROL, "2026-01-10 12:00"),
         ],
     )
     # A malformed line that names alice: a rejection whose text holds her key.
@@ -101,6 +102,8 @@ def test_an_erasure_removes_a_user_and_their_devices_and_what_followed_them(
     catch_up(store, spark, settings=settings, run_id="follow")
     naming = _files_naming(pipeline, [ALICE, DEVICE])
     before = _data_files(pipeline)
+    # The files on disk are named as the log names the live ones (what finish compares).
+    assert {path for spec in ALL_TABLES for path in store.live_files(spec)} <= before
     assert naming, "the replaced files are still on disk before the erasure finishes"
     finished = finish_erasure(store, lambda: spark, run_id="finish")
     # Only the files that held a key are gone (the corrections log's rewrite added some).
@@ -140,6 +143,15 @@ def test_an_erasure_removes_a_user_and_their_devices_and_what_followed_them(
     )
     pipeline.assert_equals_full_recompute(landing=zone, erased_lines=2)
     assert _files_naming(pipeline, [ALICE, DEVICE]) == []
+
+    # A second erasure ingests day 1 again: it keeps the lines rejected as `erased` there.
+    begin_erasure(store, keys=[BOB], settings=settings, run_id="forget-bob")
+    catch_up(store, spark, settings=settings, run_id="follow-bob")
+    finish_erasure(store, lambda: spark, run_id="finish-bob")
+    gone = {ALICE, DEVICE, BOB}
+    without_erased_lines(settings.landing_dir, tmp_path / "without-bob", gone, settings.start_date)
+    pipeline.assert_equals_full_recompute(landing=tmp_path / "without-bob", erased_lines=2)
+    assert _files_naming(pipeline, sorted(gone)) == []
 
 
 def _data_files(pipeline: Pipeline) -> set[str]:
