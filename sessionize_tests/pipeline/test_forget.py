@@ -30,7 +30,9 @@ from sessionize_tests.harness import Killed, KilledBeforeCommitTo, Pipeline, day
 from sessionize_tests.reference import without_erased_lines
 from sessionize_tests.table_rows import table_rows
 
-ALICE, DEVICE, BOB, CAROL = "alice", "device-of-alice", "bob", "carol"
+# Keys long enough that a byte search finds them only where they are written.
+ALICE, DEVICE = "alice-5f1c2a", "device-of-alice-9d3e"
+BOB, CAROL = "bob-b81e44", "carol-c3d9f1"
 
 
 def _anonymous(device: str) -> dict:
@@ -62,7 +64,7 @@ def _land(pipeline: Pipeline) -> None:
     # A malformed line that names alice: a rejection whose text holds her key.
     folder = pipeline.settings.landing_dir / f"received_date={day(0).isoformat()}"
     with (folder / "part.jsonl").open("a") as out:
-        out.write('{"messageId": "bad", "userId": "alice", "timestamp": \n')
+        out.write(f'{{"messageId": "bad", "userId": "{ALICE}", "timestamp": \n')
     pipeline.land(
         day(1),
         [
