@@ -306,7 +306,8 @@ class ErasureBegunMetadata(MetadataRecord):
     erasure_id: str
     keys_given: int
     stitched_ids: int  # anonymousIds that user_identities mapped to a key given
-    # Live rows that held an erased key when the erasure began: what it removes.
+    # Live rows that held an erased key when the erasure began: what it removes (the
+    # corrections log's are kept without the key: `ErasureFinishedMetadata`).
     rows_removed: dict[str, int] = entry(shown=Shown.JSON)
     batches_ingested_again: list[str] = entry(shown=Shown.JSON)
     event_dates_behind: list[str] = entry(shown=Shown.JSON)  # what the events runs redo

@@ -359,7 +359,8 @@ ERASURES = TableSpec(
             "rows_removed",
             StringType(),
             False,
-            "JSON {table: rows}: the live rows that held the erasure's keys when it began",
+            "JSON {table: rows}: the rows it removes (those that held its keys when it began; "
+            "the corrections log's are kept, without the key)",
         ),
         (
             "batches",

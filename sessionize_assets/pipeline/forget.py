@@ -119,8 +119,12 @@ class Holding:
         return sorted(date.fromisoformat(p) for p in self.rows.get(spec.name, {}))
 
     @property
-    def by_table(self) -> dict[str, int]:
-        return {spec.name: self.total(spec.name) for spec in KEYED_TABLES}
+    def removed(self) -> dict[str, int]:
+        """What an erasure removes, per table: every row that holds a key, but the
+        corrections log's, which it keeps without the key."""
+        return {
+            spec.name: self.total(spec.name) for spec in KEYED_TABLES if spec is not SESSION_CHANGES
+        }
 
 
 def live_rows_holding(store: DeltaStore, erased: ErasedKeys) -> Holding:
@@ -187,7 +191,7 @@ def begin_erasure(
             requested_at=datetime.now(UTC),
             key_hashes=key_hashes,
             stitched_hashes=stitched_hashes,
-            rows_removed=holding.by_table,
+            rows_removed=holding.removed,
             batches=tuple(sorted(holding_batches)),
         )
         batches = sorted(holding_batches)
