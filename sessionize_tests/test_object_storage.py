@@ -14,11 +14,17 @@ import pytest
 from dagster import instance_for_test
 from deltalake import DeltaTable
 
+from sessionize_assets.forget import forget
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.log_files import commit_actions, table_path
-from sessionize_assets.lake.tables import ALL_TABLES, ERASURES
+from sessionize_assets.lake.tables import ALL_TABLES, USER_IDENTITIES
+from sessionize_assets.pipeline.forget import data_files_on_disk
 from sessionize_assets.replay.command import replay
+from sessionize_assets.resources.lake import STORES
 from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings
+from sessionize_tests.full_recompute import differences
+from sessionize_tests.reference import without_erased_lines
 from sessionize_tests.s3_server import s3_server, spark_credentials
 from sessionize_tests.test_replay import (
     SPARK_WRITTEN,
@@ -34,8 +40,9 @@ START = date(2026, 1, 1)
 
 def test_a_replay_with_the_lake_on_s3_equals_the_full_recompute(spark, tmp_path):
     """`SESSIONIZE_LAKE_URI=s3a://...`: a replay, batch by batch with late events, leaves
-    tables equal to the full recompute; each is a Delta table on the store, which delta-rs
-    reads there, with Delta Spark's commits; the local lake folder holds no table."""
+    tables equal to the full recompute; an erasure deletes its files there; each table is a
+    Delta table on the store, which delta-rs reads there, with Delta Spark's commits; the
+    local lake folder holds no table."""
     bucket = f"sessionize-{uuid.uuid4().hex[:12]}"
     with s3_server(bucket=bucket) as endpoint:
         settings = make_settings(
@@ -52,12 +59,28 @@ def test_a_replay_with_the_lake_on_s3_equals_the_full_recompute(spark, tmp_path)
         )
         with instance_for_test() as instance:
             summary = replay(settings=settings, instance=instance, echo=lambda _: None)
-        assert summary.ok and len(summary.batches) == 4
+            assert summary.ok and len(summary.batches) == 4
+            assert_tables_equal_the_full_recompute(settings, spark)
 
-        assert_tables_equal_the_full_recompute(settings, spark)
+            # SPEC §8 on the store: an erasure finds, reads and deletes its files there.
+            store = STORES[settings.lake_backend](spark=spark, lake=settings.lake)
+            identities = store.read_arrow(USER_IDENTITIES).to_pylist()
+            person = min(row["user_id"] for row in identities)
+            erased = {person, *(r["anonymous_id"] for r in identities if r["user_id"] == person)}
+            said: list[str] = []
+            assert forget(settings=settings, instance=instance, keys=[person], echo=said.append)
+            assert any("data files that held the keys deleted" in line for line in said), said
+            assert not any(
+                key.encode() in _read(path)
+                for spec in ALL_TABLES
+                for path in data_files_on_disk(table_path(settings.lake, spec))
+                for key in erased
+            )
+            without = tmp_path / "without"
+            without_erased_lines(settings.landing_dir, without, erased, START)
+            found = differences(settings.with_overrides(landing_dir=without), spark, start=START)
+            assert not found, "\n".join(found)
         for spec in ALL_TABLES:
-            if spec is ERASURES:  # written by an erasure only
-                continue
             path = table_path(settings.lake, spec)
             assert str(path).startswith(f"s3a://{bucket}/lake/"), path
             assert DeltaTable(str(path)).version() >= 0, spec.name
@@ -73,3 +96,9 @@ def test_a_replay_with_the_lake_on_s3_equals_the_full_recompute(spark, tmp_path)
             assert engines and all("Delta-Lake/4.0" in (e or "") for e in engines), (spec, engines)
     local = [p.name for p in settings.lake_dir.rglob("*") if p.is_file()]
     assert not any(name.endswith((".parquet", ".json")) for name in local), local
+
+
+def _read(path: str) -> bytes:
+    filesystem, where = Location.of(path).filesystem()
+    with filesystem.open_input_stream(where) as stream:
+        return stream.read()
