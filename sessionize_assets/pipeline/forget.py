@@ -34,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
-from urllib.parse import unquote, urlparse
+from functools import reduce
+from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -142,11 +143,10 @@ def live_rows_holding(store: DeltaStore, erased: ErasedKeys) -> Holding:
     ]
     if not frames:
         return Holding(rows={})
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame)
     rows: dict[str, dict[str, int]] = {}
-    for row in union.groupBy("table", "partition").count().collect():
+    for row in (
+        reduce(DataFrame.unionByName, frames).groupBy("table", "partition").count().collect()
+    ):
         rows.setdefault(row["table"], {})[row["partition"]] = row["count"]
     return Holding(rows=rows)
 
@@ -346,12 +346,10 @@ def files_holding(
         )
     if not frames:
         return {}
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame)
     found: dict[str, set[str]] = {}
-    for row in union.distinct().collect():
-        found.setdefault(row["table"], set()).add(_location_of(row["path"]))
+    for row in reduce(DataFrame.unionByName, frames).distinct().collect():
+        # Spark names a file by URI (`file:///...`, `s3a://...`): as `Location` names it.
+        found.setdefault(row["table"], set()).add(str(Location.of(unquote(row["path"]))))
     return {table: sorted(paths) for table, paths in found.items()}
 
 
@@ -368,11 +366,3 @@ def data_files_on_disk(root: Location) -> list[str]:
             continue
         found.append(str(root / relative))
     return sorted(found)
-
-
-def _location_of(spark_path: str) -> str:
-    """A path Spark's `_metadata.file_path` gives (a URI) as `Location` gives it."""
-    parsed = urlparse(spark_path)
-    if parsed.scheme in ("", "file"):
-        return str(Location.of(unquote(parsed.path)))
-    return f"{parsed.scheme}://{parsed.netloc}{unquote(parsed.path)}"

@@ -13,8 +13,10 @@ those of the same keys in any other system, or a precomputed table.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -56,11 +58,7 @@ class ErasedKeys:
 
     def any_is_erased(self, columns: Iterable[str]) -> Column:
         """Whether one of `columns` holds an erased key."""
-        checks = [self.value_is_erased(column) for column in columns]
-        found = checks[0]
-        for check in checks[1:]:
-            found = found | check
-        return found
+        return reduce(operator.or_, (self.value_is_erased(column) for column in columns))
 
     def text_holds_erased(self, column: str) -> Column:
         """Whether the text holds an erased key as a JSON string (a whole string: `"KEY"`)."""
