@@ -149,8 +149,10 @@ def next_attempt(
         return 0, ""
     if len(runs) >= MAX_ATTEMPTS:
         return None, (
-            f"{len(runs)} {job_name} runs left the same dates behind; not asking again: see "
-            "their errors, then re-execute the last one from the UI"
+            f"{len(runs)} {job_name} runs left the same dates behind"
+            + last_failure(instance, runs[0].run_id)
+            + "; not asking again: see their errors, act on them, then re-execute the last "
+            "one from the UI"
         )
     latest = instance.get_run_record_by_id(runs[0].run_id)
     ended = latest.end_time if latest is not None else None
@@ -158,3 +160,21 @@ def next_attempt(
     if ended is None or time.time() - ended < wait.total_seconds():
         return None, f"{len(runs)} {job_name} run(s) left these dates behind; retrying after {wait}"
     return len(runs), ""
+
+
+def last_failure(instance: DagsterInstance, run_id: str) -> str:
+    """What the run's last failed step said, as a clause (`, the last in step S: ...`), or ""
+    when no step failed (the run died or was canceled): a step that failed for lack of room
+    says what to change (`resources/spark_capacity.py`), which the sensor's reason repeats."""
+    failures = instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE)
+    if not failures:
+        return ""
+    event = failures[-1].dagster_event
+    if event is None:
+        return ""
+    data = event.event_specific_data
+    said = getattr(getattr(data, "user_failure_data", None), "description", None)
+    if not said:
+        error = getattr(data, "error", None)
+        said = error.message.strip().splitlines()[0] if error is not None else "no error recorded"
+    return f", the last in step {event.step_key}: {said}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 from dagster import (
@@ -120,25 +120,43 @@ def assert_tables_equal_the_full_recompute(settings, spark) -> None:
     assert_full_recompute(settings, spark, start=START)
 
 
+# A user's first load: two months of history landed at once, late events spread over it.
+BACKLOG_DAYS = 59
+
+
 def test_an_at_once_replay_leaves_the_full_recompute_and_true_metadata(spark, tmp_path):
-    """The same zone replayed at once (one ingest range run for the ten days, as the landing
-    sensor asks for a backlog) ends equal to the full recompute, in one batch of runs, and
-    every partition reports its own content. Spark's writer writes every change (the other
-    replays' small changes are written from the driver with Arrow)."""
+    """Two months of batches replayed at once (one ingest range run for the 59 days, as the
+    landing sensor asks for a backlog, then one run per step over every date) end equal to
+    the full recompute, in one batch of runs, and every partition reports its own content.
+    Spark's writer writes every change (the other replays' small changes are written from
+    the driver with Arrow). The same backlog over Spark Connect: `test_spark_connect.py`."""
     settings = make_settings(tmp_path, start_date=START, driver_write_bytes=0)
     report = generate_landing_zone(
-        ZoneSpec(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05),
-        days=10,
+        ZoneSpec(
+            out=settings.landing_dir,
+            start=START,
+            users=50,
+            seed=11,
+            late_share=0.1,
+            late_shape="uniform",
+        ),
+        days=BACKLOG_DAYS,
     )
+    last = START + timedelta(days=BACKLOG_DAYS - 1)
     lines: list[str] = []
     with instance_for_test() as instance:
         summary = replay(settings=settings, instance=instance, echo=lines.append, at_once=True)
         assert summary.ok and len(summary.batches) == 1
         (outcome,) = summary.batches
-        assert outcome.received == (START, date(2026, 1, 10)) and outcome.runs <= 5
+        assert outcome.received == (START, last) and outcome.runs <= 5
         assert outcome.lines == report.lines and outcome.late_events > 0
-        assert any(line.startswith("[1/1] 2026-01-01..2026-01-10 (10 new): ok") for line in lines)
-        assert any(line.startswith("batches: 10 processed, 0 skipped, 0 failed") for line in lines)
+        assert any(
+            line.startswith(f"[1/1] {START}..{last} ({BACKLOG_DAYS} new): ok") for line in lines
+        )
+        assert any(
+            line.startswith(f"batches: {BACKLOG_DAYS} processed, 0 skipped, 0 failed")
+            for line in lines
+        )
         _assert_partitions_report_their_rows(
             instance, settings.lake_dir, "sessions", "session_date"
         )

@@ -3,9 +3,11 @@
 `sessionize spark-server`'s server (`spark_server.running_server`, on the tests' small local
 master) serves `sessionize replay` and `sessionize rebuild`, each in a process of its own: a
 Connect client in a process turns every pyspark call of that process into a Connect call, so
-no test process may hold one beside its classic session. The tables must equal the full
-recompute, each batch reports its Spark jobs (counted by the server), the runs share one
-server session (one Python daemon for all their Python functions), and a rebuild and the
+no test process may hold one beside its classic session. Two months of history land first as
+a backlog (`replay --at-once`: one run per step over 56 dates, whose plans must fit Spark
+Connect's messages), then three daily batches. The tables must equal the full recompute, each
+batch reports its Spark jobs (counted by the server), the runs share one server session (one
+Python daemon for all their Python functions), and a rebuild of every date and the
 maintenance job leave them so.
 """
 
@@ -16,7 +18,7 @@ import re
 import signal
 import sys
 import time
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,10 @@ pytestmark = pytest.mark.slow
 
 START = date(2026, 1, 1)
 TIMEOUT = 600
+# Two months of history landed at once, then days landed one by one.
+BACKLOG_DAYS = 56
+DAILY = 3
+BACKLOG_USERS = 20
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +58,44 @@ def served(tmp_path_factory):
         spark_server_ui_port=free_port(),
     )
     generate_landing_zone(
-        ZoneSpec(out=settings.landing_dir, start=START, users=60, seed=23, late_share=0.2), days=4
+        ZoneSpec(
+            out=settings.landing_dir,
+            start=START,
+            users=BACKLOG_USERS,
+            seed=23,
+            late_share=0.2,
+            late_shape="uniform",
+        ),
+        days=BACKLOG_DAYS + DAILY,
     )
+    # The last days land later, one by one.
+    later = root / "later"
+    later.mkdir()
+    daily = sorted(settings.landing_dir.iterdir())[-DAILY:]
+    for folder in daily:
+        folder.rename(later / folder.name)
     with running_server(settings, log_path=root / "spark-server.log") as address:
         env = settings_environment(settings) | {
             "SESSIONIZE_SPARK_MASTER": address,
             "DAGSTER_HOME": str(root / "dagster_home"),
         }
+        backlog = run_sessionize("replay", "--at-once", env=env, cwd=root, timeout=TIMEOUT)
+        for folder in daily:
+            (later / folder.name).rename(folder)
         replayed = run_sessionize("replay", env=env, cwd=root, timeout=TIMEOUT)
-        yield settings, env, root, replayed
+        yield settings, env, root, backlog + replayed
 
 
-def test_a_replay_over_the_server_equals_the_full_recompute(served, spark):
+def test_a_backlog_then_daily_batches_over_the_server_equal_the_full_recompute(served, spark):
+    """The backlog's range runs cover 56 dates at once: before its reads were one flat IN,
+    the events run's filter nested an OR per batch, and Spark Connect failed to parse it
+    (`DecodeError: Error parsing message with type 'spark.connect.Expression'`)."""
     settings, _, _, output = served
     assert f"Spark started (sc://127.0.0.1:{settings.spark_server_port}/;session_id=" in output
-    progress = [line for line in output.splitlines() if re.match(r"\[\d/4\] ", line)]
-    assert len(progress) == 4 and all(" ok in " in line for line in progress), output
+    last = START + timedelta(days=BACKLOG_DAYS - 1)
+    assert f"[1/1] {START}..{last} ({BACKLOG_DAYS} new): ok in " in output, output
+    progress = [line for line in output.splitlines() if re.match(rf"\[\d/{DAILY}\] ", line)]
+    assert len(progress) == DAILY and all(" ok in " in line for line in progress), output
     # Counted by the server (the client has no SparkContext): as many as a local session's.
     jobs = [int(re.search(r"spark jobs=(\d+),", line).group(1)) for line in progress]
     assert all(count >= 10 for count in jobs), progress

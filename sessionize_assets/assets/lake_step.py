@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs_on_demand
+from sessionize_assets.resources.spark_capacity import capacity_failure
 
 
 class LakeStep:
@@ -74,6 +75,18 @@ def lake_step(
     context: AssetExecutionContext | OpExecutionContext, lake: LakeResource, *, step: str
 ) -> Iterator[LakeStep]:
     """The lake's writer lock for `step` of `context`'s run (from its first read to its last
-    commit), and the step's hold on the lake (`LakeStep`)."""
+    commit), and the step's hold on the lake (`LakeStep`). Spark running out of room fails
+    the step with what to change (`resources/spark_capacity.py`)."""
     with lake.writer(context, step=step):
-        yield LakeStep(context=context, lake=lake, step=step)
+        held = LakeStep(context=context, lake=lake, step=step)
+        try:
+            yield held
+        except Exception as error:
+            partitioned = context.has_partition_key or context.has_partition_key_range
+            dates = held.dates if partitioned else []
+            failure = capacity_failure(
+                error, step=step, dates=dates, spark_config=lake.spark.spark_config
+            )
+            if failure is None:
+                raise
+            raise failure from error

@@ -29,6 +29,10 @@ from sessionize_assets.pipeline.keyed_reads import isin_texts
 from sessionize_assets.transforms.events import COPY_KEY, Copy
 from sessionize_assets.transforms.id_hash import xxhash64
 
+# A lookup broadcasts up to this many held ids (about 100 bytes each in the broadcast's
+# hash table, built on the driver); more are joined by sort-merge (`other_copies`).
+BROADCAST_HELD_IDS = 200_000
+
 
 def id_hash(column: str) -> Column:
     """The index's `id_hash` of an id column: Spark's `xxhash64` (`transforms.id_hash` computes
@@ -54,14 +58,19 @@ class Contested:
     held: set[Copy]  # of those, the copies the caller holds
 
 
-def other_copies(store: DeltaStore, held: DataFrame) -> Contested:
+def other_copies(store: DeltaStore, held: DataFrame, *, rows: int) -> Contested:
     """The ids of `held` that have a copy in another batch than the caller's, with all their
     copies, on the driver.
 
     `held` has COPY_KEY columns: the copies the caller holds, or an id with nulls for one it
-    holds no copy of (then every copy of it is another). In a daily batch most ids have no
-    other copy and are left out; those that do are few. Two small Spark jobs: the hash
-    matches, then their ids, read from the batches holding a match only.
+    holds no copy of (then every copy of it is another); `rows` is at least its row count
+    (the caller knows it from the manifests). In a daily batch most ids have no other copy
+    and are left out; those that do are few. Two small Spark jobs: the hash matches, then
+    their ids, read from the batches holding a match only.
+
+    The held ids are broadcast to the index's scan up to BROADCAST_HELD_IDS rows (a daily
+    batch: the index is not shuffled); a backlog's are joined by sort-merge, which spills,
+    whatever Spark estimates from the files' sizes.
     """
     mine = held.select(
         id_hash("event_id").alias("id_hash"),
@@ -69,6 +78,7 @@ def other_copies(store: DeltaStore, held: DataFrame) -> Contested:
         F.col("event_date").alias("_held_date"),
         F.col("received_date").alias("_held_in"),
     )
+    mine = F.broadcast(mine) if rows <= BROADCAST_HELD_IDS else mine.hint("merge")
     matches = (
         store.read(EVENT_IDS)
         .select("id_hash", "event_date", "received_date")

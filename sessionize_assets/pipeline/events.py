@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 
-from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -117,46 +116,45 @@ def update_events(
     if work is None:
         return report
     index_missing_batches(store, run_id=run_id)
-    own = read_raw(store, {**work.new_inputs, **work.all_inputs}).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    # Not persisted: each use reads only the columns and rows it needs from the raw files (a
+    # backlog's raw lines held in the driver's heap did not fit its defaults).
+    own = read_raw(store, {**work.new_inputs, **work.all_inputs})
+    if full_refresh:
+        change = replace_dates(store, own, dates=work.recompute, involved=work.involved)
+    else:
+        recomputed_rows = store.row_counts(EVENTS, partitions=work.recompute)
+        change = settle(
+            store,
+            spark,
+            own,
+            recompute=work.recompute,
+            involved=work.involved,
+            new_rows=indexed_rows(store, work.new_inputs),
+            held_rows=work.raw_rows + sum(recomputed_rows.values()),
+        )
+    also_changed = sorted(change.dates_touched - set(dates))
+    manifest = {d: work.available[d] for d in (*work.incremental, *work.recompute)}
+    # A date outside the request keeps the inputs it absorbed, now held by this version.
+    manifest |= absorbed_inputs(store, partitions=also_changed)
+    tags = {"dagster_run_id": run_id}
     try:
-        if full_refresh:
-            change = replace_dates(store, own, dates=work.recompute, involved=work.involved)
-        else:
-            change = settle(
-                store,
-                spark,
-                own,
-                recompute=work.recompute,
-                involved=work.involved,
-                new_rows=indexed_rows(store, work.new_inputs),
-            )
-        also_changed = sorted(change.dates_touched - set(dates))
-        manifest = {d: work.available[d] for d in (*work.incremental, *work.recompute)}
-        # A date outside the request keeps the inputs it absorbed, now held by this version.
-        manifest |= absorbed_inputs(store, partitions=also_changed)
-        tags = {"dagster_run_id": run_id}
-        try:
-            _commit_rejections(
-                store,
-                spark,
-                change,
-                tags={**tags, "table": REJECTED_EVENTS.name},
-                read_version=read_at[REJECTED_EVENTS],
-            )
-            commit = _commit_events(
-                store,
-                spark,
-                change,
-                dates=work.recompute,
-                tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
-                read_version=read_at[EVENTS],
-            )
-        finally:
-            change.release()
+        _commit_rejections(
+            store,
+            spark,
+            change,
+            tags={**tags, "table": REJECTED_EVENTS.name},
+            read_version=read_at[REJECTED_EVENTS],
+        )
+        commit = _commit_events(
+            store,
+            spark,
+            change,
+            dates=work.recompute,
+            tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
+            read_version=read_at[EVENTS],
+        )
     finally:
-        own.unpersist()
+        change.release()
     record_absorbed(
         store,
         absorbed=manifest,
@@ -181,6 +179,7 @@ class _Work:
     new_inputs: Inputs
     all_inputs: Inputs
     involved: list[date]  # batches whose rejections of the recomputed dates are written again
+    raw_rows: int  # raw rows behind `new_inputs` and `all_inputs` (the index's count)
 
 
 def _plan(
@@ -198,14 +197,17 @@ def _plan(
         incremental = [d for d in dates if plans[d].pending and d not in recompute]
     if not recompute and not incremental:
         return None
+    new_inputs = {k: v for d in incremental for k, v in plans[d].new.items()}
+    all_inputs = {k: v for d in recompute for k, v in available[d].items()}
     return _Work(
         available=available,
         plans=plans,
         recompute=recompute,
         incremental=incremental,
-        new_inputs={k: v for d in incremental for k, v in plans[d].new.items()},
-        all_inputs={k: v for d in recompute for k, v in available[d].items()},
+        new_inputs=new_inputs,
+        all_inputs=all_inputs,
         involved=sorted({r for d in recompute for _, r in (*available[d], *absorbed[d])}),
+        raw_rows=indexed_rows(store, [*new_inputs, *all_inputs]),
     )
 
 
@@ -220,7 +222,7 @@ def _report_run(
         for d in report.updated
     }
     report.batches_read = len({r for _, r in (*work.new_inputs, *work.all_inputs)})
-    report.raw_rows_read = indexed_rows(store, [*work.new_inputs, *work.all_inputs])
+    report.raw_rows_read = work.raw_rows
     report.contested_ids = change.contested
     report.new_events = change.added
     report.displaced = change.displaced

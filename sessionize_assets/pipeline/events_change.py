@@ -21,7 +21,7 @@ from sessionize_assets.pipeline.event_ids import (
     copies_of,
     other_copies,
 )
-from sessionize_assets.pipeline.keyed_reads import isin_texts
+from sessionize_assets.pipeline.keyed_reads import isin_texts, pair_filter
 from sessionize_assets.pipeline.manifests import (
     Inputs,
 )
@@ -50,15 +50,15 @@ def read_raw(store: DeltaStore, inputs: Inputs) -> DataFrame:
 
 
 def _per_batch(column: str, values: dict[date, set]) -> Column:
-    """Rows whose `column` is one of the values listed for their batch: a filter, no join."""
-    return reduce(
-        lambda a, b: a | b,
-        (
-            (F.col("received_date") == received) & F.col(column).isin(sorted(wanted))
-            for received, wanted in sorted(values.items())
-        ),
-        F.lit(False),
-    )
+    """Rows whose `column` is one of the values listed for their batch: a filter, no join.
+
+    The values' own IN goes to the Parquet reader (row group statistics); the (batch, value)
+    pairs are one flat IN over their text (`keyed_reads.pair_filter`), so the expression's
+    depth does not grow with the number of batches (a backlog's 59 batches as a chain of ORs
+    was deeper than Spark Connect's plan message carries)."""
+    pairs = [(received, value) for received, wanted in values.items() for value in wanted]
+    listed = isin_texts(F.col(column), {value for _, value in pairs})
+    return listed & pair_filter(pairs, partition="received_date", key=column)
 
 
 def _is_copy(copies: Collection[Copy]) -> Column:
@@ -102,9 +102,12 @@ def settle(
     recompute: list[date],
     involved: list[date],
     new_rows: int,
+    held_rows: int,
 ) -> EventsChange:
     """The change that settles every id of `own` (this run's copies) and of the recomputed
-    dates against every copy of those ids (see the module docstring)."""
+    dates against every copy of those ids (see the module docstring). `new_rows` is the rows
+    of `own` off the recomputed dates; `held_rows` at least the ids settled (`own`'s rows
+    and the recomputed dates' rows in `events`)."""
     on_recomputed = F.col("event_date").isin(recompute)
     mine = own.select(*COPY_KEY)
     current = store.read(EVENTS, partitions=recompute)
@@ -126,7 +129,7 @@ def settle(
             )
         )
         mine = mine.unionByName(held)
-    contest = _contest(store, other_copies(store, mine))
+    contest = _contest(store, other_copies(store, mine, rows=held_rows))
     settled = contest.settle(recompute)
 
     # This run's winners elsewhere than the recomputed dates: appended, all but those already

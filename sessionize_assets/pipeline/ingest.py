@@ -92,7 +92,9 @@ def ingest_batches(
         ),
         erased_keys(store),
     )
-    parsed = (without_erased(marked) if erasing else marked).persist(StorageLevel.MEMORY_AND_DISK)
+    # Parsed once (Python), read by each commit: on disk, not in the driver's heap, which a
+    # backlog's lines outgrow (the OS's page cache keeps a small batch's in memory anyway).
+    parsed = (without_erased(marked) if erasing else marked).persist(StorageLevel.DISK_ONLY)
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     try:
         accepted, rejected = split_batch(parsed)

@@ -155,18 +155,23 @@ def isin_texts(column: Column, texts: Collection[str | date]) -> Column:
     return Column(java.isInCollection(listed.toList()))
 
 
-def pair_texts(pairs: Iterable[tuple[PartitionValue, str]]) -> list[str]:
+def pair_texts(pairs: Iterable[tuple[PartitionValue, str | date]]) -> list[str]:
     """The text `pair_filter` matches a (date, key) pair by: `date|key`."""
     return [f"{day}|{value}" for day, value in pairs]
 
 
-def pair_filter(pairs: Iterable[tuple[PartitionValue, str]], *, partition: str, key: str) -> Column:
+def pair_filter(
+    pairs: Iterable[tuple[PartitionValue, str | date]], *, partition: str, key: str
+) -> Column:
     """Whether a row's (`partition`, `key`) is one of `pairs`: a hash set of their text
-    (`date|key`: a date's text has no `|`) in the query, where a join with a frame of them
-    would be a broadcast job of its own. For up to PUSHED_KEYS_TOTAL pairs."""
+    (`date|key`: a date's text has no `|`; a date key is its ISO text too) in the query, where
+    a join with a frame of them would be a broadcast job of its own. One flat IN however many
+    partitions the pairs span (an OR per partition nests as deep as there are partitions,
+    past what Spark Connect's plan message carries). For up to PUSHED_KEYS_TOTAL pairs."""
     texts = pair_texts(pairs)
     pair = F.expr(
-        f"concat_ws('|', CAST({sql_identifier(partition)} AS STRING), {sql_identifier(key)})"
+        f"concat_ws('|', CAST({sql_identifier(partition)} AS STRING), "
+        f"CAST({sql_identifier(key)} AS STRING))"
     )
     return isin_texts(pair, texts)
 

@@ -1,0 +1,131 @@
+"""A Spark failure for lack of room says what to change (`resources/spark_capacity.py`), and
+the sensors repeat it once they stop asking again (`run_health.next_attempt`)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from dagster import (
+    DagsterRunStatus,
+    Failure,
+    RunsFilter,
+    instance_for_test,
+    job,
+    op,
+)
+
+from sessionize_assets.resources.spark_capacity import capacity_failure
+from sessionize_assets.run_health import MAX_ATTEMPTS, RUN_STATE_TAG, next_attempt
+
+DATES = [date(2026, 1, 1), date(2026, 2, 28)]
+LOCAL = {"spark.master": "local[*]"}
+CONNECT = {"spark.remote": "sc://127.0.0.1:15002"}
+
+# The errors as Spark raised them in the backlog that failed (issue: months of history at once).
+BROADCAST = (
+    "An error occurred while calling o4736.collectToPython.\n"
+    ": org.apache.spark.SparkException: Not enough memory to build and broadcast the table "
+    "to all worker nodes. As a workaround, you can either disable broadcast by setting "
+    "spark.sql.autoBroadcastJoinThreshold to -1"
+)
+HEAP = (
+    "An error occurred while calling o4736.collectToPython.\n: org.apache.spark.SparkException:"
+    " [FAILED_READ_FILE.NO_HINT] Encountered error while reading file part-00001.parquet\n"
+    "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.cannotReadFilesError\n"
+    "Caused by: java.lang.OutOfMemoryError: Java heap space"
+)
+PROTOBUF = "Error parsing message with type 'spark.connect.Expression'"
+SERVER_DIED = (
+    "<_InactiveRpcError of RPC that terminated with: status = StatusCode.INTERNAL details = "
+    '"Cannot call methods on a stopped SparkContext."'
+)
+
+
+def test_out_of_memory_on_a_local_driver_names_its_memory_and_the_dates_per_run():
+    for text in (BROADCAST, HEAP):
+        failure = capacity_failure(
+            RuntimeError(text), step="events", dates=DATES, spark_config=LOCAL
+        )
+        assert isinstance(failure, Failure)
+        said = failure.description or ""
+        assert said.startswith("The events step over 2026-01-01..2026-02-28 (2 dates) failed:")
+        assert "Spark ran out of memory" in said
+        assert 'SESSIONIZE_SPARK_CONF="spark.driver.memory=8g"' in said
+        assert "(now 1g, Spark's default)" in said
+        assert "SESSIONIZE_MAX_PARTITIONS_PER_RUN, under 2" in said
+        # What Spark said, its telling line, is in the metadata the UI shows.
+        spark_said = failure.metadata["spark said"].value
+        assert "OutOfMemoryError" in spark_said or "Not enough memory" in spark_said
+    sized = capacity_failure(
+        RuntimeError(HEAP),
+        step="events",
+        dates=DATES,
+        spark_config={**LOCAL, "spark.driver.memory": "4g"},
+    )
+    assert sized is not None and "(now 4g)" in (sized.description or "")
+
+
+def test_a_connect_server_that_died_names_the_servers_memory():
+    failure = capacity_failure(
+        RuntimeError(SERVER_DIED), step="ingest", dates=DATES, spark_config=CONNECT
+    )
+    assert failure is not None
+    said = failure.description or ""
+    assert "its Spark Connect server stopped" in said
+    assert "SESSIONIZE_SPARK_SERVER_MEMORY" in said and "spark.driver.memory" not in said
+
+
+def test_a_plan_too_large_for_spark_connect_names_the_dates_per_run():
+    failure = capacity_failure(
+        RuntimeError(PROTOBUF), step="events", dates=DATES, spark_config=CONNECT
+    )
+    assert failure is not None
+    said = failure.description or ""
+    assert "a query too large for Spark Connect's messages" in said
+    assert "SESSIONIZE_MAX_PARTITIONS_PER_RUN" in said and "MEMORY" not in said
+
+
+def test_any_other_failure_is_left_as_it_is():
+    for error in (ValueError("a rule broke"), RuntimeError("WriteConflictError: events")):
+        assert capacity_failure(error, step="events", dates=DATES, spark_config=LOCAL) is None
+
+
+@op
+def events() -> None:
+    failure = capacity_failure(
+        RuntimeError(BROADCAST), step="events", dates=DATES, spark_config=LOCAL
+    )
+    assert failure is not None
+    raise failure
+
+
+@job
+def events_job() -> None:
+    events()
+
+
+def test_the_sensors_stop_asking_and_say_which_step_failed_on_what():
+    """Each attempt fails the same way; once MAX_ATTEMPTS ran, the sensor's reason (its tick
+    in the UI) says which step failed, on what, and what to change."""
+    state = "behind-1"
+    with instance_for_test() as instance:
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:
+                found, reason = next_attempt(
+                    instance, job_name="events_job", state=state, backoff=timedelta(0)
+                )
+                assert found == attempt, reason
+            result = events_job.execute_in_process(
+                instance=instance, tags={RUN_STATE_TAG: state}, raise_on_error=False
+            )
+            assert not result.success
+        failed = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.FAILURE]))
+        assert len(failed) == MAX_ATTEMPTS
+        found, reason = next_attempt(
+            instance, job_name="events_job", state=state, backoff=timedelta(0)
+        )
+    assert found is None
+    assert reason.startswith(f"{MAX_ATTEMPTS} events_job runs left the same dates behind, ")
+    assert "the last in step events: The events step over 2026-01-01..2026-02-28" in reason
+    assert 'SESSIONIZE_SPARK_CONF="spark.driver.memory=8g"' in reason
+    assert reason.endswith("then re-execute the last one from the UI")
