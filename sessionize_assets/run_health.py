@@ -172,9 +172,8 @@ def last_failure(instance: DagsterInstance, run_id: str) -> str:
     event = failures[-1].dagster_event
     if event is None:
         return ""
-    data = event.event_specific_data
-    said = getattr(getattr(data, "user_failure_data", None), "description", None)
+    data = event.step_failure_data
+    said = data.user_failure_data.description if data.user_failure_data else None
     if not said:
-        error = getattr(data, "error", None)
-        said = error.message.strip().splitlines()[0] if error is not None else "no error recorded"
+        said = data.error.message.strip().splitlines()[0] if data.error else "no error recorded"
     return f", the last in step {event.step_key}: {said}"

@@ -122,7 +122,9 @@ def update_events(
     if full_refresh:
         change = replace_dates(store, own, dates=work.recompute, involved=work.involved)
     else:
-        recomputed_rows = store.row_counts(EVENTS, partitions=work.recompute)
+        # The recomputed dates' ids are settled too: counted from the log, only when there
+        # are some (a daily batch's run loads no `events` log for it).
+        recomputed = store.row_counts(EVENTS, partitions=work.recompute) if work.recompute else {}
         change = settle(
             store,
             spark,
@@ -130,7 +132,7 @@ def update_events(
             recompute=work.recompute,
             involved=work.involved,
             new_rows=indexed_rows(store, work.new_inputs),
-            held_rows=work.raw_rows + sum(recomputed_rows.values()),
+            held_rows=work.raw_rows + sum(recomputed.values()),
         )
     also_changed = sorted(change.dates_touched - set(dates))
     manifest = {d: work.available[d] for d in (*work.incremental, *work.recompute)}

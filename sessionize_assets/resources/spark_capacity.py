@@ -75,7 +75,7 @@ def _more_memory(spark_config: Mapping[str, object]) -> str:
     if spark_config.get("spark.remote"):
         return (
             "give the Spark Connect server more memory (SESSIONIZE_SPARK_SERVER_MEMORY, "
-            "default 2g, then restart `sessionize dev` or `sessionize spark-server`)"
+            "then restart `sessionize dev` or `sessionize spark-server`)"
         )
     master = str(spark_config.get("spark.master", ""))
     if master.startswith("local"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
+import pytest
 from dagster import (
     DagsterRunStatus,
     Failure,
@@ -65,24 +66,31 @@ def test_out_of_memory_on_a_local_driver_names_its_memory_and_the_dates_per_run(
     assert sized is not None and "(now 4g)" in (sized.description or "")
 
 
-def test_a_connect_server_that_died_names_the_servers_memory():
-    failure = capacity_failure(
-        RuntimeError(SERVER_DIED), step="ingest", dates=DATES, spark_config=CONNECT
-    )
+@pytest.mark.parametrize(
+    ("text", "says", "names", "does_not_name"),
+    [
+        # A Connect server that died names the server's memory.
+        (
+            SERVER_DIED,
+            "its Spark Connect server stopped",
+            "SESSIONIZE_SPARK_SERVER_MEMORY",
+            "spark.driver.memory",
+        ),
+        # A plan too large for Spark Connect names the dates per run, not memory.
+        (
+            PROTOBUF,
+            "a query too large for Spark Connect's messages",
+            "SESSIONIZE_MAX_PARTITIONS_PER_RUN",
+            "MEMORY",
+        ),
+    ],
+)
+def test_a_spark_connect_failure_names_what_to_change(text, says, names, does_not_name):
+    failure = capacity_failure(RuntimeError(text), step="ingest", dates=DATES, spark_config=CONNECT)
     assert failure is not None
     said = failure.description or ""
-    assert "its Spark Connect server stopped" in said
-    assert "SESSIONIZE_SPARK_SERVER_MEMORY" in said and "spark.driver.memory" not in said
-
-
-def test_a_plan_too_large_for_spark_connect_names_the_dates_per_run():
-    failure = capacity_failure(
-        RuntimeError(PROTOBUF), step="events", dates=DATES, spark_config=CONNECT
-    )
-    assert failure is not None
-    said = failure.description or ""
-    assert "a query too large for Spark Connect's messages" in said
-    assert "SESSIONIZE_MAX_PARTITIONS_PER_RUN" in said and "MEMORY" not in said
+    assert says in said
+    assert names in said and does_not_name not in said
 
 
 def test_any_other_failure_is_left_as_it_is():
