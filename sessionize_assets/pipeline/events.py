@@ -56,6 +56,7 @@ from sessionize_assets.pipeline.manifests import (
     absorbed_inputs,
     absorbed_metadata,
     batch_inputs,
+    indexed_event_dates,
     indexed_rows,
     plan,
     record_absorbed,
@@ -120,7 +121,13 @@ def update_events(
     # backlog's raw lines held in the driver's heap did not fit its defaults).
     own = read_raw(store, {**work.new_inputs, **work.all_inputs})
     if full_refresh:
-        change = replace_dates(store, own, dates=work.recompute, involved=work.involved)
+        change = replace_dates(
+            store,
+            own,
+            dates=work.recompute,
+            involved=work.involved,
+            every_copy=work.whole_history,
+        )
     else:
         # The recomputed dates' ids are settled too: counted from the log, only when there
         # are some (a daily batch's run loads no `events` log for it).
@@ -182,6 +189,8 @@ class _Work:
     all_inputs: Inputs
     involved: list[date]  # batches whose rejections of the recomputed dates are written again
     raw_rows: int  # raw rows behind `new_inputs` and `all_inputs` (the index's count)
+    # `full_refresh` of every date the index lists: the run's raw rows hold every copy.
+    whole_history: bool
 
 
 def _plan(
@@ -210,6 +219,7 @@ def _plan(
         all_inputs=all_inputs,
         involved=sorted({r for d in recompute for _, r in (*available[d], *absorbed[d])}),
         raw_rows=indexed_rows(store, [*new_inputs, *all_inputs]),
+        whole_history=full_refresh and set(dates) >= indexed_event_dates(store),
     )
 
 

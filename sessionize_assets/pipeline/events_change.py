@@ -235,21 +235,38 @@ def _raw_copies(store: DeltaStore, copies: list[Copy]) -> DataFrame:
 
 
 def replace_dates(
-    store: DeltaStore, own: DataFrame, *, dates: list[date], involved: list[date]
+    store: DeltaStore,
+    own: DataFrame,
+    *,
+    dates: list[date],
+    involved: list[date],
+    every_copy: bool = False,
 ) -> EventsChange:
     """`full_refresh`: the requested dates hold exactly their winners, against every copy;
-    the duplicate rejections of those dates in the `involved` batches are written again."""
+    the duplicate rejections of those dates in the `involved` batches are written again.
+
+    `every_copy`: `own` holds every copy of its ids (the dates are every date the
+    received -> event index lists: a rebuild of the whole history). The winners are then
+    found from `own`'s narrow columns in one pass, as the floor's script finds them, and the
+    id index is not read (two jobs over all of it, and a join of every copy with its id)."""
     keep = StorageLevel.MEMORY_AND_DISK
-    ids = own.select("event_id").distinct().persist(keep)
-    index = copies_of(store, ids)
+    persisted: list[DataFrame] = []
+    if every_copy:
+        copies, index_batches = own.select(*COPY_KEY), []
+    else:
+        ids = own.select("event_id").distinct().persist(keep)
+        index = copies_of(store, ids)
+        copies, index_batches = index.rows, index.batches
+        persisted.append(ids)
     # Raw rows are wide and few copies lose: the losing keys are found on narrow columns and
     # matched to the rows by broadcast when they fit, so the rows are not shuffled for it.
     losing = (
-        mark_winners(index.rows)
+        mark_winners(copies)
         .where(~F.col("wins") & F.col("event_date").isin(dates))
         .select(*COPY_KEY)
         .persist(keep)
     )
+    persisted.append(losing)
     lost = losing.count()
     matched = F.broadcast(losing) if lost <= BROADCAST_LOSING_COPIES else losing
     winners = own.join(matched, on=list(COPY_KEY), how="left_anti")
@@ -258,9 +275,9 @@ def replace_dates(
         events_drop=[],
         rejections_add=duplicate_rejections(own.join(matched, on=list(COPY_KEY), how="left_semi")),
         rejections_drop=[],
-        rejections_replaced=(sorted({*involved, *index.batches}), dates),
+        rejections_replaced=(sorted({*involved, *index_batches}), dates),
         replace=True,
         dates_touched=set(dates),
         rejected=lost,
-        persisted=[ids, losing],
+        persisted=persisted,
     )

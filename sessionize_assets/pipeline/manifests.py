@@ -109,6 +109,12 @@ def batch_inputs(store: DeltaStore, event_dates: Iterable[date]) -> dict[date, I
     return out
 
 
+def indexed_event_dates(store: DeltaStore) -> set[date]:
+    """Every event date the received -> event index lists, in any batch."""
+    index = store.read_arrow(BATCH_EVENT_DATES, columns=["event_date"])
+    return set(index.column("event_date").to_pylist())
+
+
 def indexed_rows(store: DeltaStore, inputs: Iterable[InputKey]) -> int:
     """Raw rows behind these inputs, from the index (no scan)."""
     wanted = set(inputs)

@@ -309,13 +309,12 @@ def _read_events(
     report.events_rows_scanned = sum(
         store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned]).values()
     )
-    events = (
-        store.read(EVENTS, partitions=whole_window)
-        .select(*columns)
-        .unionByName(lookup.rows)
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    frames.append(events)
+    events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
+    if plan.pairs:
+        # Found by user: kept, so the summary's count does not run the lookup again. Whole
+        # dates alone are not (every event of them, wide, held to be counted again by user).
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
+        frames.append(events)
     return events
 
 

@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import date
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from sessionize_assets.transforms.validation import DEDUP, DUPLICATE
@@ -27,15 +27,13 @@ def mark_winners(copies: DataFrame) -> DataFrame:
     """COPY_KEY of every copy of some ids, each with `wins`: it is its id's copy in the earliest
     batch, whatever the event dates of the copies.
 
-    `copies` must hold every copy of each of its ids (the id index gives them): the earliest
-    batch wins (SPEC §2), and within a batch ingestion has already kept one copy.
+    `copies` must hold every copy of each of its ids (the id index gives them, or the whole
+    history's raw rows): the earliest batch wins (SPEC §2), and within a batch ingestion has
+    already kept one copy.
     """
-    first = copies.groupBy("event_id").agg(F.min("received_date").alias("_first"))
-    return (
-        copies.select(*COPY_KEY)
-        .join(first, on="event_id")
-        .select(*COPY_KEY, (F.col("received_date") == F.col("_first")).alias("wins"))
-    )
+    # A window, not an aggregate joined back: the copies are read and shuffled once.
+    first = F.min("received_date").over(Window.partitionBy("event_id"))
+    return copies.select(*COPY_KEY, (F.col("received_date") == first).alias("wins"))
 
 
 def duplicate_rejections(losers: DataFrame) -> DataFrame:

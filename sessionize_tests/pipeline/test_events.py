@@ -136,6 +136,26 @@ def test_a_rebuild_keeps_the_winner_of_another_date(pipeline, spark):
     pipeline.assert_equals_full_recompute()
 
 
+def test_a_rebuild_of_every_date_settles_the_copies_from_raw_alone(pipeline, spark):
+    _land_copies(pipeline)
+    pipeline.process(day(0))
+    pipeline.process(day(2))
+    # The whole history's raw rows hold every copy: the id index is not read. Here it lacks
+    # day 0's copy of x, so a winner taken from it would be day 1's copy.
+    store = pipeline.store
+    kept = store.read(EVENT_IDS, partitions=[day(0)]).where("event_id != 'x'").collect()
+    store.replace_partitions(
+        EVENT_IDS, spark.createDataFrame(kept, EVENT_IDS.schema), partitions=[day(0)]
+    )
+    update_events(store, spark, event_dates=[day(0), day(1)], run_id="rebuild", full_refresh=True)
+    assert _events(pipeline) == {
+        "x": (day(0), day(0)),
+        "y": (day(0), day(0)),
+        "z": (day(1), day(2)),
+    }
+    assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
+
+
 def test_the_id_index_holds_one_row_per_copy(pipeline):
     _land_copies(pipeline)
     pipeline.process(day(0))
