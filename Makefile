@@ -39,7 +39,7 @@ help:
 	@echo "make ui     open the Dagster UI (dagster dev, its runs on a warm Spark) on the demo's history"
 	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
-	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick for a few minutes)"
+	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick: a few minutes; --mid: 1/25 of the full size)"
 	@echo "make bench-small  a small batch against a bare PySpark full recompute, by phase"
 	@echo "make bench-daemon  the UI's runs (sessionize dev) against the same batches in one process"
 	@echo "make soak   30 batches under sessionize dev with its processes killed (SOAK_ARGS=--seed N)"

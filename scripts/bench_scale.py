@@ -18,7 +18,11 @@ when a backend needs them), so their figures stand side by side: the tables' fir
 `backend:shape`. Everything is measured on the same data. It prints tables and asserts nothing.
 
     make bench                          # 25,000 users, 180 days, 5% late (about 20 M events)
+    make bench BENCH_ARGS="--mid"       # 3,000 users, 60 days: the full size's shape, 1/25
     make bench BENCH_ARGS="--quick"     # 1,200 users, 40 days: a few minutes per backend
+
+Spark runs with a fresh install's settings (local mode, Spark's default driver memory) unless
+`--driver-memory` says otherwise: what a user gets is what is measured.
 """
 
 from __future__ import annotations
@@ -80,13 +84,17 @@ def main() -> None:
     parser.add_argument("--late-share", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="1,200 users, 10/20/40 days")
+    parser.add_argument("--mid", action="store_true", help="3,000 users, 20/60 days")
     parser.add_argument("--workdir", type=Path, help="keep the zones and lakes here")
     parser.add_argument(
-        "--driver-memory", default="8g", help="spark.driver.memory (local mode: all of Spark)"
+        "--driver-memory",
+        help="spark.driver.memory (local mode: all of Spark); default: a fresh install's",
     )
     args = parser.parse_args()
     if args.quick:
         args.users, args.histories = 1_200, "10,20,40"
+    elif args.mid:
+        args.users, args.histories = 3_000, "20,60"
     histories = sorted(int(h) for h in args.histories.split(","))
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -127,6 +135,7 @@ def run_shape(
     shutil.rmtree(work, ignore_errors=True)  # a fresh lake and instance on every run
     # The bench's one session (the first backend's starts it) loads the Delta jars when any
     # backend needs them, so every backend runs on the same session settings.
+    memory = {"spark.driver.memory": args.driver_memory} if args.driver_memory else {}
     jars = {}
     if "delta-spark" in backends:
         jars = DELTA_CONF | {"spark.jars": ",".join(map(str, delta_jars(DELTA_JARS_DIR)))}
@@ -134,7 +143,7 @@ def run_shape(
         landing_dir=zone_dir,
         lake_dir=work / "lake",
         start_date=START,
-        spark_conf={"spark.driver.memory": args.driver_memory, **jars},
+        spark_conf=memory | jars,
         lake_backend=backend,
         delta_jars_dir=DELTA_JARS_DIR,
     )
