@@ -68,7 +68,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import days_around
 from sessionize_assets.pipeline.event_ids import copies_of, copy_dates
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, read_by_keys
+from sessionize_assets.pipeline.keyed_reads import read_by_keys
 from sessionize_assets.pipeline.manifests import (
     batch_inputs,
     recompute_event_dates,
@@ -115,6 +115,13 @@ SESSIONS_CHECKS = {
         "session ids in one place only",
     ),
 }
+
+
+# `unique_event_ids` looks the ids a run added up from the driver, as hash sets in the query
+# (one job over the id index's hashes, then the rows by key), up to this many: a daily batch's
+# (32,319 at the mid size of docs/benchmarks.md). More are looked up by Spark, which joins the
+# whole id index with them (a range run, a rebuild). The files' bytes bound them too.
+DRIVER_LOOKED_UP_IDS = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -395,7 +402,7 @@ def _events_with_ids_added(step: CheckStep, writes: RunWrites, *, driver_bytes: 
     """The `events` rows of every copy of the ids a run added, on whatever date the id index
     says they are, found by id.
 
-    A small run's ids (files within `driver_bytes`, at most PUSHED_KEYS_TOTAL ids) are read
+    A small run's ids (files within `driver_bytes`, at most DRIVER_LOOKED_UP_IDS ids) are read
     on the driver and looked up in the index by hash (`copy_dates`): one Spark job, and the
     rows are then read by key with no other. A large run's are looked up by Spark.
     """
@@ -404,7 +411,7 @@ def _events_with_ids_added(step: CheckStep, writes: RunWrites, *, driver_bytes: 
     if writes.within(driver_bytes):
         added = store.read_files_arrow(EVENTS, writes.added, columns=columns)
         ids = added.column("event_id").to_pylist()
-        if len(set(ids)) <= PUSHED_KEYS_TOTAL:
+        if len(set(ids)) <= DRIVER_LOOKED_UP_IDS:
             wanted = copy_dates(store, ids)
             for day, event_id in zip(added.column("event_date").to_pylist(), ids, strict=True):
                 wanted.setdefault(day, set()).add(event_id)

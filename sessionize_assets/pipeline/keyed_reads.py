@@ -27,6 +27,12 @@ from sessionize_assets.sql_text import sql_identifier
 # A partition with more wanted keys than this is read whole: an IN list that long would
 # keep most row groups anyway, and it is planned and checked row group by row group.
 PUSHED_KEYS_PER_PARTITION = 1_000
+# A key the files are not sorted by (an id, found by its bloom filters) is pushed down for a
+# partition with at most this many: every row group tests every pushed key (against its bloom
+# filter and its pages' ranges), and past a few dozen random keys nearly every row group holds
+# one. A daily batch's 32,000 new ids over 60 dates (docs/benchmarks.md, the mid size) took
+# 12 s to look up pushed down, 3.4 s as a hash set in the query.
+PUSHED_UNSORTED_KEYS_PER_PARTITION = 50
 # The longest IN list one read pushes down (it is shared by the partitions it covers).
 PUSHED_KEYS_TOTAL = 20_000
 # More (partition, key) pairs than this are not brought to the driver to choose files by their
@@ -63,25 +69,27 @@ def read_by_keys(
     value (for about PUSHED_KEYS_TOTAL pairs at most). A frame is read twice: persist it.
     `columns` must include both. For a frame, one small Spark job brings each partition's key
     count to the driver, with the keys of those with few (at most PUSHED_KEYS_PER_PARTITION
-    each): bounded by the change (and by PUSHED_KEYS_TOTAL); only partitions read whole are
+    each, PUSHED_UNSORTED_KEYS_PER_PARTITION for a key the files are not sorted by): bounded
+    by the change (and by PUSHED_KEYS_TOTAL); only partitions read whole are
     then matched by a join. Keys on the driver start no job: the partitions read whole are
     matched by a hash set of their pairs.
     """
     part = spec.partition_by
+    pushed = (
+        PUSHED_KEYS_PER_PARTITION
+        if spec.sort_by[:1] == (key,)
+        else PUSHED_UNSORTED_KEYS_PER_PARTITION
+    )
     counts: list[dict[str, Any]]
     if isinstance(wanted, Mapping):
         listed = {value: sorted(set(keys)) for value, keys in wanted.items() if keys}
         counts = [
-            {
-                part: value,
-                "count": len(keys),
-                "keys": keys if len(keys) <= PUSHED_KEYS_PER_PARTITION else None,
-            }
+            {part: value, "count": len(keys), "keys": keys if len(keys) <= pushed else None}
             for value, keys in listed.items()
         ]
     else:
         wanted = wanted.select(part, key).distinct()
-        few = F.count(F.lit(1)) <= PUSHED_KEYS_PER_PARTITION
+        few = F.count(F.lit(1)) <= pushed
         collected = (
             wanted.groupBy(part)
             .agg(F.count(F.lit(1)).alias("count"), F.when(few, F.collect_list(key)).alias("keys"))
@@ -92,7 +100,7 @@ def read_by_keys(
     pairs: list[tuple[PartitionValue, str]] = []
     budget = PUSHED_KEYS_TOTAL
     for row in sorted(counts, key=lambda r: (r["count"], r[part])):
-        if row["count"] <= min(PUSHED_KEYS_PER_PARTITION, budget):
+        if row["count"] <= min(pushed, budget):
             searched.append(row[part])
             budget -= row["count"]
             pairs.extend((row[part], value) for value in row["keys"])

@@ -51,6 +51,31 @@ def test_read_by_keys_finds_exactly_the_wanted_rows(spark, store, monkeypatch, l
     assert found.scanned == [days[1].isoformat()]
 
 
+@pytest.mark.parametrize("listed", [False, True], ids=["frame", "on the driver"])
+def test_a_key_the_files_are_not_sorted_by_is_pushed_down_only_when_few(
+    spark, store, monkeypatch, listed
+):
+    days = [D + timedelta(days=n) for n in range(2)]
+    data = [(f"u{i:03d}", day, f"{day}:{i}") for day in days for i in range(200)]
+    store.replace_partitions(SPEC, spark.createDataFrame(data, SCHEMA), partitions=days)
+    # The notes are in no file's order: 3 on the first day are few, 20 on the second many.
+    wanted_rows = [(days[0], f"{days[0]}:{i}") for i in (1, 50, 199)]
+    wanted_rows += [(days[1], f"{days[1]}:{i}") for i in range(0, 200, 10)]
+    wanted = spark.createDataFrame(wanted_rows, "day date, note string")
+    if listed:
+        wanted = {}
+        for day, note in wanted_rows:
+            wanted.setdefault(day, set()).add(note)
+    monkeypatch.setattr(keyed_reads, "PUSHED_UNSORTED_KEYS_PER_PARTITION", 5)
+
+    found = read_by_keys(store, SPEC, wanted=wanted, key="note", columns=SCHEMA.fieldNames())
+
+    assert {(r.day, r.note) for r in found.rows.collect()} == set(wanted_rows)
+    assert found.searched == [days[0].isoformat()]
+    assert found.keys_pushed == 3
+    assert found.scanned == [days[1].isoformat()]
+
+
 def test_read_by_keys_with_nothing_wanted_is_empty(spark, store):
     store.replace_partitions(SPEC, spark.createDataFrame([("u1", D, None)], SCHEMA), partitions=[D])
     wanted = spark.createDataFrame([], "day date, user_id string")
