@@ -102,6 +102,7 @@ def build_ingest_assets(
                         fingerprints=fingerprints,
                         settings=settings,
                         run_id=step.run_id,
+                        text_bytes=landing.text_bytes(days),
                     )
                 jobs = step.spark_jobs()
             except Exception as error:  # Spark's read errors reach Python as Py4J errors

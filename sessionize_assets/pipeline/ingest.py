@@ -33,6 +33,13 @@ from sessionize_assets.transforms.validation import (
     without_erased,
 )
 
+# The most text one partition of a batch holds when it is collected (`_commit_on_driver`):
+# Spark's task builds a partition's Arrow rows whole (about twice its text) and the driver
+# holds them. With the default 1 GB driver, 45 MB of text a partition fit and 64 MB did not
+# (a day of 127 MB of text in 16.3 MB of gzip, in the two shuffle partitions): a quarter of
+# that leaves room for the driver's other work.
+COLLECTED_TEXT_PER_PARTITION = 16 << 20
+
 
 @dataclass(frozen=True, kw_only=True)
 class BatchIngested:
@@ -70,6 +77,7 @@ def ingest_batches(
     fingerprints: Mapping[date, BatchFingerprint],
     settings: Settings,
     run_id: str,
+    text_bytes: int | None = None,
     erasing: bool = False,
 ) -> IngestResult:
     """Validate the lines of these batches (those `fingerprints` names); replace their raw rows,
@@ -81,6 +89,13 @@ def ingest_batches(
     an erased key is an `erased` rejection; `erasing` (an erasure ingesting a batch again from
     the lake's own lines, `pipeline/forget.py`) drops it instead, and keeps the batch's
     earlier `erased` rejections.
+
+    A small batch (Spark's estimate of `lines`, the files' size on disk, within
+    `Settings.driver_write_bytes`) is collected and written from the driver. Spark hands its
+    rows over a partition at a time, each whole in the driver's heap: the lines are spread
+    over partitions of at most COLLECTED_TEXT_PER_PARTITION bytes of `text_bytes` (the files'
+    text, gzip uncompressed, about ten times their size), so a gzipped batch fits the default
+    1 GB driver whatever its text. None: as Spark partitions them (lines from the lake).
     """
     days = sorted(fingerprints)
     marked = mark_erased(
@@ -95,6 +110,10 @@ def ingest_batches(
     # Parsed once (Python), read by each commit: on disk, not in the driver's heap, which a
     # backlog's lines outgrow (the OS's page cache keeps a small batch's in memory anyway).
     parsed = (without_erased(marked) if erasing else marked).persist(StorageLevel.DISK_ONLY)
+    spread = _partitions_for(text_bytes, shuffle_partitions=_shuffle_partitions(lines))
+    if spread is not None:
+        # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
+        parsed = parsed.repartition(spread, "received_date", "message_id")
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     try:
         accepted, rejected = split_batch(parsed)
@@ -147,6 +166,20 @@ def ingest_batches(
         landing=landing,
         batches=batches,
     )
+
+
+def _partitions_for(text_bytes: int | None, *, shuffle_partitions: int) -> int | None:
+    """How many partitions a batch of `text_bytes` is spread over so that none holds more
+    than COLLECTED_TEXT_PER_PARTITION; None when the shuffle partitions already do, or the
+    text is not known."""
+    if text_bytes is None:
+        return None
+    needed = -(-text_bytes // COLLECTED_TEXT_PER_PARTITION)
+    return needed if needed > shuffle_partitions else None
+
+
+def _shuffle_partitions(frame: DataFrame) -> int:
+    return int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or 0)
 
 
 def _erased_rejections(store: DeltaStore, days: list[date]) -> dict[date, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterable
 from datetime import date
 from pathlib import Path
@@ -27,6 +28,26 @@ LINES_SCHEMA = StructType(
         StructField("source_file", StringType(), False),
     ]
 )
+
+
+# The gzip trailer's last field: the member's uncompressed size modulo 2**32 (RFC 1952).
+_GZIP_SIZE = struct.Struct("<I")
+_GZIP_HEADER_AND_TRAILER = 18
+
+
+def text_bytes(path: Path) -> int | None:
+    """The bytes of a batch file's text: its size, or a `.jsonl.gz`'s uncompressed size from
+    its gzip trailer (no decompression). None when the trailer cannot say: a file too short
+    to be gzip, or one smaller uncompressed than compressed (not one gzip member of text)."""
+    size = path.stat().st_size
+    if not path.name.endswith(".gz"):
+        return size
+    if size < _GZIP_HEADER_AND_TRAILER:
+        return None
+    with path.open("rb") as handle:
+        handle.seek(size - _GZIP_SIZE.size)
+        (uncompressed,) = _GZIP_SIZE.unpack(handle.read(_GZIP_SIZE.size))
+    return uncompressed if uncompressed >= size else None
 
 
 class BatchFileError(RuntimeError):
@@ -84,6 +105,12 @@ class LandingZoneResource(ConfigurableResource):
     def ignored_files(self, received_date: date) -> list[str]:
         """Names in the batch folder that are not batch files: listed in the run, not read."""
         return [path.name for path in self._entries(received_date) if not _is_batch_file(path)]
+
+    def text_bytes(self, received_dates: Iterable[date]) -> int | None:
+        """The bytes of text these batches' files hold (`text_bytes`); None when a gzipped
+        file's trailer cannot say."""
+        sizes = [text_bytes(path) for day in set(received_dates) for path in self.batch_files(day)]
+        return None if None in sizes else sum(size for size in sizes if size is not None)
 
     def _entries(self, received_date: date) -> list[Path]:
         folder = self.batch_dir(received_date)

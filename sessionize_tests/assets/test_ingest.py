@@ -19,6 +19,7 @@ from sessionize_assets.definitions import INGEST_JOB, build_definitions
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.partitions import RANGE_END, RANGE_START
+from sessionize_assets.pipeline import ingest as ingest_module
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.validation import REASONS
 from sessionize_tests.conftest import make_settings
@@ -299,3 +300,39 @@ def test_a_range_of_batches_is_one_run_reporting_each_partition(settings, instan
     assert reported[("raw_events", DAY.isoformat())]["touched_event_dates"] == [DAY.isoformat()]
     assert reported[("raw_events", second.isoformat())]["lines"] == 1
     assert reported[("rejected_events", DAY.isoformat())]["dagster/row_count"] == 1
+
+
+def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_text(
+    tmp_path, instance, monkeypatch
+):
+    """A gzipped batch whose text needs more partitions than Spark's shuffle gives is spread
+    over enough of them (COLLECTED_TEXT_PER_PARTITION, lowered here to a few lines' worth):
+    still one Spark job, the same rows and rejections as in the two shuffle partitions."""
+    lines = [message(f"m{i}", userId=f"u{i % 7}") for i in range(300)]
+    lines += [message("m0", receivedAt="2026-01-05T10:00:00Z"), "not json"]  # a copy, a reject
+    text = ("\n".join(lines) + "\n").encode()
+    rows, jobs = {}, {}
+    for spread, per_partition in (("shuffle", len(text)), ("many", 2_000)):
+        monkeypatch.setattr(ingest_module, "COLLECTED_TEXT_PER_PARTITION", per_partition)
+        settings = make_settings(tmp_path / spread)
+        folder = settings.landing_dir / f"received_date={DAY.isoformat()}"
+        folder.mkdir(parents=True)
+        (folder / "part.jsonl.gz").write_bytes(gzip.compress(text))
+        jobs[spread] = ingest(settings, instance, DAY)["raw_events"]["run_spark_jobs"]
+        rows[spread] = [
+            sorted((r["message_id"] or "", r["raw_line"]) for r in delta_rows(settings, table, DAY))
+            for table in ("raw_events", "rejected_events")
+        ]
+    assert jobs == {"shuffle": 1, "many": 1}
+    assert rows["many"] == rows["shuffle"]
+    assert [len(found) for found in rows["many"]] == [300, 2]
+
+
+def test_a_batch_is_spread_only_past_what_the_shuffle_partitions_hold():
+    per = ingest_module.COLLECTED_TEXT_PER_PARTITION
+    spread = ingest_module._partitions_for
+    assert spread(None, shuffle_partitions=2) is None  # lines read from the lake
+    assert spread(2 * per, shuffle_partitions=2) is None
+    assert spread(2 * per + 1, shuffle_partitions=2) == 3
+    assert spread(127 << 20, shuffle_partitions=2) == 8  # the 16.3 MB gzipped day
+    assert spread(127 << 20, shuffle_partitions=200) is None
