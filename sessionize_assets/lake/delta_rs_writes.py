@@ -49,6 +49,7 @@ from sessionize_assets.lake.log_files import (
 )
 from sessionize_assets.lake.maintenance import STAGING_DIR
 from sessionize_assets.lake.parquet_files import read_files, stage_arrow
+from sessionize_assets.lake.placement import estimated_bytes, spread_for_collect
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
@@ -318,6 +319,8 @@ class DeltaRsTables(DeltaRsReads, ABC):
         marked: DataFrame,
         new_rows: DataFrame,
         staging: Path,
+        *,
+        size: int,
     ) -> Staged:
         """A small rewrite in one Spark job: the candidate files' rows, marked, and the new
         rows are collected together with Arrow; the files holding a dropped row are found,
@@ -328,7 +331,7 @@ class DeltaRsTables(DeltaRsReads, ABC):
                 *map(sql_identifier, names), "CAST(NULL AS STRING) AS _file", "false AS _drop"
             )
         )
-        rows = both.toArrow()
+        rows = spread_for_collect(both, size).toArrow()
         drop = rows.column("_drop")  # never null: `_marked_rows` coalesces it
         dropped = rows.filter(drop)
         hit_uris = set(pc.unique(dropped.column("_file")).to_pylist())
@@ -359,7 +362,8 @@ class DeltaRsTables(DeltaRsReads, ABC):
         try:
             if self.writes_on_driver(df):
                 schema = to_arrow_schema(spec.schema)
-                return stage_arrow(spec, df.toArrow().select(schema.names).cast(schema), staging)
+                rows = spread_for_collect(df, estimated_bytes(df) or 0).toArrow()
+                return stage_arrow(spec, rows.select(schema.names).cast(schema), staging)
             # One task per partition value, sorted: its files are consecutive ranges of
             # sort_by (split every file_rows rows), not one file per upstream task.
             (

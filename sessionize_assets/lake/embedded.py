@@ -134,10 +134,12 @@ class EmbeddedDeltaStore(DeltaRsTables):
             new_rows = align(spec, add())
             if marked is None:
                 return [], self._stage(spec, new_rows, staging)
-            small = self._driver_write_bytes - sum(size for _, _, size in candidates.values())
+            held = sum(size for _, _, size in candidates.values())
             size = estimated_bytes(new_rows)
-            if size is not None and size <= small:
-                return self._stage_on_driver(spec, candidates, marked, new_rows, staging)
+            if size is not None and held + size <= self._driver_write_bytes:
+                return self._stage_on_driver(
+                    spec, candidates, marked, new_rows, staging, size=held + size
+                )
             touched, kept = self._touched_files(spec, candidates, marked)
             return touched, self._stage(spec, kept.unionByName(new_rows), staging)
 

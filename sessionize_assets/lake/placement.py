@@ -13,8 +13,16 @@ if TYPE_CHECKING:
 
 # The embedded backend collects a write whose plan Spark's optimizer estimates at most this
 # size (bytes of its inputs) with Arrow and writes it from the driver
-# (`Settings.driver_write_bytes`, `DeltaRsTables._stage`).
-DEFAULT_DRIVER_WRITE_BYTES = 16 << 20
+# (`Settings.driver_write_bytes`, `DeltaRsTables._stage`). The rows are then held in Python;
+# Spark's heap holds a partition at a time (`COLLECTED_BYTES_PER_PARTITION`). What 32 MiB
+# saves and costs, measured: docs/storage.md.
+DEFAULT_DRIVER_WRITE_BYTES = 32 << 20
+
+# A write collected to the driver comes over a partition at a time, and Spark's task builds
+# each partition's Arrow rows whole, in the driver's heap, several times its Parquet bytes:
+# past this much estimated input a partition, the rows are spread over more partitions
+# before they are collected (`spread_for_collect`).
+COLLECTED_BYTES_PER_PARTITION = 8 << 20
 
 # Spark reckons a source without statistics at `spark.sql.defaultSizeInBytes` (Long.MaxValue):
 # sizes from here on are no estimate.
@@ -46,3 +54,12 @@ def estimated_bytes(df: DataFrame) -> int | None:
             return None
         size = int(float(found.group(1)) * 1024 ** _UNITS[found.group(2)])
     return size if size < NO_ESTIMATE_FROM else None
+
+
+def spread_for_collect(df: DataFrame, size: int) -> DataFrame:
+    """`df` over enough partitions that each holds at most COLLECTED_BYTES_PER_PARTITION of
+    its estimated `size`, when the shuffle partitions would hold more; `df` itself otherwise
+    (no shuffle added to a small write)."""
+    needed = -(-size // COLLECTED_BYTES_PER_PARTITION)
+    shuffle = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 0)
+    return df.repartition(needed) if needed > shuffle else df

@@ -28,9 +28,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sessionize_assets.lake import placement
 from sessionize_assets.lake.delta_spark import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
+from sessionize_assets.lake.placement import (
+    DEFAULT_DRIVER_WRITE_BYTES,
+    spread_for_collect,
+)
 from sessionize_assets.lake.store import (
     NOT_CREATED,
     AppTransaction,
@@ -315,6 +319,41 @@ def test_rewrite_only_touches_files_holding_dropped_rows(spark, store):
     assert len(before & after) == len(before) - 1  # the other files were not rewritten
     got = {r.id: r.rank for r in store.read(RANGED).collect()}
     assert len(got) == 40 and got["user-3"] == 23 and got["user-4"] == 4
+
+
+def test_a_write_is_collected_in_partitions_of_bounded_size(spark):
+    small = frame(spark, rows(*((f"user-{i}", D1, i % 24) for i in range(40))))
+    bound = placement.COLLECTED_BYTES_PER_PARTITION
+    assert spread_for_collect(small, 2 * bound) is small  # the shuffle partitions hold it
+    spread = spread_for_collect(small, 5 * bound)
+    assert spread.rdd.getNumPartitions() == 5
+    assert sorted(spread.collect()) == sorted(small.collect())
+
+
+def test_a_rewrite_collected_in_many_partitions_writes_the_same_table(spark, tmp_path, monkeypatch):
+    """The driver's copy-on-write with its rows spread over more partitions than the
+    shuffle's (COLLECTED_BYTES_PER_PARTITION lowered to a few rows' worth): the same rows."""
+    data = rows(*((f"user-{i}", D1 if i % 3 else D2, i % 24) for i in range(60)))
+    changed = tmp_path / "change"
+    frame(spark, rows(("user-3", D1, 23), ("user-61", D2, 5))).write.parquet(str(changed))
+    seen = {}
+    for name, per_partition in (("shuffle", 1 << 40), ("spread", 512)):
+        monkeypatch.setattr(placement, "COLLECTED_BYTES_PER_PARTITION", per_partition)
+        store = EmbeddedDeltaStore(
+            spark=spark, lake=tmp_path / name, driver_write_bytes=DEFAULT_DRIVER_WRITE_BYTES
+        )
+        store.replace_partitions(RANGED, frame(spark, data), partitions=[D1, D2])
+        store.rewrite(
+            RANGED,
+            partitions=[D1, D2],
+            drop_keys=spark.createDataFrame([("user-3",), ("user-6",)], "id string"),
+            # Read from files, as the pipeline's rows are: Spark can size them (rows made on
+            # the driver it cannot, and they would go to Spark's writer).
+            add=lambda: spark.read.schema(SCHEMA).parquet(str(changed)),
+        )
+        seen[name] = sorted((r.id, r.day, r.rank) for r in store.read(RANGED).collect())
+    assert seen["spread"] == seen["shuffle"]
+    assert len(seen["spread"]) == 60 and ("user-61", D2, 5) in seen["spread"]
 
 
 def arrow_rows(*items: tuple) -> pa.Table:
