@@ -61,5 +61,9 @@ def spread_for_collect(df: DataFrame, size: int) -> DataFrame:
     its estimated `size`, when the shuffle partitions would hold more; `df` itself otherwise
     (no shuffle added to a small write)."""
     needed = -(-size // COLLECTED_BYTES_PER_PARTITION)
-    shuffle = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 0)
-    return df.repartition(needed) if needed > shuffle else df
+    return df.repartition(needed) if needed > shuffle_partitions(df) else df
+
+
+def shuffle_partitions(df: DataFrame) -> int:
+    """The partitions a shuffle of `df`'s session makes (`spark.sql.shuffle.partitions`)."""
+    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 0)

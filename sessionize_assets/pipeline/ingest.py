@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sessionize_assets.lake.placement import shuffle_partitions
 from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.erased_keys import erased_keys
@@ -110,7 +111,7 @@ def ingest_batches(
     # Parsed once (Python), read by each commit: on disk, not in the driver's heap, which a
     # backlog's lines outgrow (the OS's page cache keeps a small batch's in memory anyway).
     parsed = (without_erased(marked) if erasing else marked).persist(StorageLevel.DISK_ONLY)
-    spread = _partitions_for(text_bytes, shuffle_partitions=_shuffle_partitions(lines))
+    spread = _partitions_for(text_bytes, shuffle_partitions=shuffle_partitions(lines))
     if spread is not None:
         # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
         parsed = parsed.repartition(spread, "received_date", "message_id")
@@ -176,10 +177,6 @@ def _partitions_for(text_bytes: int | None, *, shuffle_partitions: int) -> int |
         return None
     needed = -(-text_bytes // COLLECTED_TEXT_PER_PARTITION)
     return needed if needed > shuffle_partitions else None
-
-
-def _shuffle_partitions(frame: DataFrame) -> int:
-    return int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or 0)
 
 
 def _erased_rejections(store: DeltaStore, days: list[date]) -> dict[date, int]:
