@@ -96,7 +96,8 @@ def ingest_batches(
     rows over a partition at a time, each whole in the driver's heap: the lines are spread
     over partitions of at most COLLECTED_TEXT_PER_PARTITION bytes of `text_bytes` (the files'
     text, gzip uncompressed, about ten times their size), so a gzipped batch fits the default
-    1 GB driver whatever its text. None: as Spark partitions them (lines from the lake).
+    1 GB driver whatever its text. None: as Spark partitions them (lines from the lake). A
+    larger batch is written by Spark's executors, partitioned as Spark's shuffle does.
     """
     days = sorted(fingerprints)
     marked = mark_erased(
@@ -111,14 +112,19 @@ def ingest_batches(
     # Parsed once (Python), read by each commit: on disk, not in the driver's heap, which a
     # backlog's lines outgrow (the OS's page cache keeps a small batch's in memory anyway).
     parsed = (without_erased(marked) if erasing else marked).persist(StorageLevel.DISK_ONLY)
-    spread = _partitions_for(text_bytes, shuffle_partitions=shuffle_partitions(lines))
-    if spread is not None:
-        # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
-        parsed = parsed.repartition(spread, "received_date", "message_id")
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     try:
-        accepted, rejected = split_batch(parsed)
-        commit = _commit_on_driver if store.writes_on_driver(lines) else _commit_with_spark
+        on_driver = store.writes_on_driver(lines)
+        spread = (
+            _partitions_for(text_bytes, shuffle_partitions=shuffle_partitions(lines))
+            if on_driver
+            else None
+        )
+        # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
+        accepted, rejected = split_batch(
+            parsed if spread is None else parsed.repartition(spread, "received_date", "message_id")
+        )
+        commit = _commit_on_driver if on_driver else _commit_with_spark
         written = commit(store, accepted, rejected, days=days, tags=tags, keep_erased=erasing)
     finally:
         parsed.unpersist()
