@@ -49,7 +49,7 @@ from sessionize_assets.lake.log_files import (
 )
 from sessionize_assets.lake.maintenance import STAGING_DIR
 from sessionize_assets.lake.parquet_files import read_files, stage_arrow
-from sessionize_assets.lake.placement import estimated_bytes, spread_for_collect
+from sessionize_assets.lake.placement import spread_for_collect
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
@@ -74,13 +74,18 @@ Staged = tuple[list[_Touched], list[tuple[str, Path]]]  # those, and the new fil
 class DeltaRsTables(DeltaRsReads, ABC):
     """The reads, and the driver-side and staged writes both backends make with delta-rs. A
     backend adds how a table is created and extended (`ensure`), when a change is written from
-    the driver (`writes_on_driver`), and its Spark writes."""
+    the driver (`driver_write_size`), and its Spark writes."""
 
     @abstractmethod
     def ensure(self, spec: TableSpec) -> None: ...
 
     @abstractmethod
-    def writes_on_driver(self, df: DataFrame) -> bool: ...
+    def driver_write_size(self, df: DataFrame) -> int | None:
+        """Spark's estimate of `df`'s size when a change built from it is written from the
+        driver; None when Spark's executors write it."""
+
+    def writes_on_driver(self, df: DataFrame) -> bool:
+        return self.driver_write_size(df) is not None
 
     def _staging(self, spec: TableSpec) -> Path:
         """A new folder to write a commit's files in before they are published: in the
@@ -360,9 +365,10 @@ class DeltaRsTables(DeltaRsReads, ABC):
         above `driver_write_bytes`, or cannot estimate, is written by Spark's executors.
         """
         try:
-            if self.writes_on_driver(df):
+            size = self.driver_write_size(df)
+            if size is not None:
                 schema = to_arrow_schema(spec.schema)
-                rows = spread_for_collect(df, estimated_bytes(df) or 0).toArrow()
+                rows = spread_for_collect(df, size).toArrow()
                 return stage_arrow(spec, rows.select(schema.names).cast(schema), staging)
             # One task per partition value, sorted: its files are consecutive ranges of
             # sort_by (split every file_rows rows), not one file per upstream task.

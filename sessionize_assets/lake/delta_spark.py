@@ -117,8 +117,8 @@ class DeltaSparkStore(DeltaSparkCommits):
 
     # -- writing -----------------------------------------------------------------------------
 
-    def writes_on_driver(self, df: DataFrame) -> bool:
-        return False
+    def driver_write_size(self, df: DataFrame) -> int | None:
+        return None  # its data tables are written by Delta Spark
 
     def replace_partitions(
         self,

@@ -90,9 +90,9 @@ class EmbeddedDeltaStore(DeltaRsTables):
             read_version=read_version,
         )
 
-    def writes_on_driver(self, df: DataFrame) -> bool:
+    def driver_write_size(self, df: DataFrame) -> int | None:
         size = estimated_bytes(df)
-        return size is not None and size <= self._driver_write_bytes
+        return size if size is not None and size <= self._driver_write_bytes else None
 
     def merge(
         self,

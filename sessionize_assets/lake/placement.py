@@ -6,6 +6,7 @@ A light module of its own, so that `settings` reads the default without importin
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -56,12 +57,22 @@ def estimated_bytes(df: DataFrame) -> int | None:
     return size if size < NO_ESTIMATE_FROM else None
 
 
-def spread_for_collect(df: DataFrame, size: int) -> DataFrame:
-    """`df` over enough partitions that each holds at most COLLECTED_BYTES_PER_PARTITION of
-    its estimated `size`, when the shuffle partitions would hold more; `df` itself otherwise
-    (no shuffle added to a small write)."""
-    needed = -(-size // COLLECTED_BYTES_PER_PARTITION)
-    return df.repartition(needed) if needed > shuffle_partitions(df) else df
+def spread_for_collect(
+    df: DataFrame,
+    size: int,
+    *,
+    per_partition: int = COLLECTED_BYTES_PER_PARTITION,
+    keys: Sequence[str] = (),
+) -> DataFrame:
+    """`df` over enough partitions that each holds at most `per_partition` of its `size`
+    (bytes, as the caller reckons them), when the shuffle partitions would hold more; `df`
+    itself otherwise (no shuffle added to a small write). Spread by `keys` when given (the
+    keys the caller's next shuffle is by, so that it is the only one), round robin otherwise.
+    """
+    needed = -(-size // per_partition)
+    if needed <= shuffle_partitions(df):
+        return df
+    return df.repartition(needed, *keys) if keys else df.repartition(needed)
 
 
 def shuffle_partitions(df: DataFrame) -> int:

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.placement import shuffle_partitions
+from sessionize_assets.lake.placement import spread_for_collect
 from sessionize_assets.lake.store import CommitInfo, DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.erased_keys import erased_keys
@@ -115,15 +115,16 @@ def ingest_batches(
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     try:
         on_driver = store.writes_on_driver(lines)
-        spread = (
-            _partitions_for(text_bytes, shuffle_partitions=shuffle_partitions(lines))
-            if on_driver
-            else None
-        )
-        # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
-        accepted, rejected = split_batch(
-            parsed if spread is None else parsed.repartition(spread, "received_date", "message_id")
-        )
+        batch = parsed
+        if on_driver and text_bytes is not None:
+            # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
+            batch = spread_for_collect(
+                parsed,
+                text_bytes,
+                per_partition=COLLECTED_TEXT_PER_PARTITION,
+                keys=("received_date", "message_id"),
+            )
+        accepted, rejected = split_batch(batch)
         commit = _commit_on_driver if on_driver else _commit_with_spark
         written = commit(store, accepted, rejected, days=days, tags=tags, keep_erased=erasing)
     finally:
@@ -173,16 +174,6 @@ def ingest_batches(
         landing=landing,
         batches=batches,
     )
-
-
-def _partitions_for(text_bytes: int | None, *, shuffle_partitions: int) -> int | None:
-    """How many partitions a batch of `text_bytes` is spread over so that none holds more
-    than COLLECTED_TEXT_PER_PARTITION; None when the shuffle partitions already do, or the
-    text is not known."""
-    if text_bytes is None:
-        return None
-    needed = -(-text_bytes // COLLECTED_TEXT_PER_PARTITION)
-    return needed if needed > shuffle_partitions else None
 
 
 def _erased_rejections(store: DeltaStore, days: list[date]) -> dict[date, int]:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
+from sessionize_assets.lake.placement import shuffle_partitions
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import days_between
@@ -39,7 +40,7 @@ def restate_everyone(
     """Every user restated from the start date, by Spark; only the rows that differ from the
     table are committed."""
     session_days = store.read(SESSIONS, partitions=days_between(start, as_of)).select(*PAIR)
-    buckets = int(session_days.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
+    buckets = shuffle_partitions(session_days)
 
     def restate(group: pa.Table) -> pa.Table:
         users = pc.unique(group.column("user_id"))

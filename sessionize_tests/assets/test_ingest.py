@@ -326,13 +326,3 @@ def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_t
     assert jobs == {"shuffle": 1, "many": 1}
     assert rows["many"] == rows["shuffle"]
     assert [len(found) for found in rows["many"]] == [300, 2]
-
-
-def test_a_batch_is_spread_only_past_what_the_shuffle_partitions_hold():
-    per = ingest_module.COLLECTED_TEXT_PER_PARTITION
-    spread = ingest_module._partitions_for
-    assert spread(None, shuffle_partitions=2) is None  # lines read from the lake
-    assert spread(2 * per, shuffle_partitions=2) is None
-    assert spread(2 * per + 1, shuffle_partitions=2) == 3
-    assert spread(127 << 20, shuffle_partitions=2) == 8  # the 16.3 MB gzipped day
-    assert spread(127 << 20, shuffle_partitions=200) is None

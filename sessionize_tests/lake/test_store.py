@@ -328,6 +328,12 @@ def test_a_write_is_collected_in_partitions_of_bounded_size(spark):
     spread = spread_for_collect(small, 5 * bound)
     assert spread.rdd.getNumPartitions() == 5
     assert sorted(spread.collect()) == sorted(small.collect())
+    # Ingest's bound: the 16.3 MB gzipped day's 127 MiB of text, by its window's keys.
+    text = 16 << 20
+    assert spread_for_collect(small, 2 * text, per_partition=text, keys=["id"]) is small
+    by_key = spread_for_collect(small, 127 << 20, per_partition=text, keys=["id"])
+    assert by_key.rdd.getNumPartitions() == 8
+    assert sorted(by_key.collect()) == sorted(small.collect())
 
 
 def test_a_rewrite_collected_in_many_partitions_writes_the_same_table(spark, tmp_path, monkeypatch):
