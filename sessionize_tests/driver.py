@@ -19,8 +19,8 @@ from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
 from sessionize_assets.pipeline.ingest import ingest_batches
 from sessionize_assets.pipeline.landing import fingerprint
-from sessionize_assets.pipeline.lifecycle import update_lifecycle
-from sessionize_assets.pipeline.lifecycle_bookkeeping import LifecycleReport
+from sessionize_assets.pipeline.lifecycle.bookkeeping import LifecycleReport
+from sessionize_assets.pipeline.lifecycle.update import update_lifecycle
 from sessionize_assets.pipeline.manifests import event_dates_behind
 from sessionize_assets.pipeline.sessions import SessionsReport, update_sessions
 from sessionize_assets.resources.landing import LandingZoneResource

@@ -26,7 +26,7 @@ from sessionize_assets.pipeline.events import update_events
 from sessionize_assets.pipeline.identities import update_identities
 from sessionize_assets.pipeline.ingest import ingest_batches
 from sessionize_assets.pipeline.landing import fingerprint
-from sessionize_assets.pipeline.lifecycle import update_lifecycle
+from sessionize_assets.pipeline.lifecycle.update import update_lifecycle
 from sessionize_assets.pipeline.sessions import update_sessions
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_tests.driver import process_batch

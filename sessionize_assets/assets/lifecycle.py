@@ -29,8 +29,8 @@ from sessionize_assets.checks.rules import snapshot_off_intervals, unbalanced_sn
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import previous_day_mapping
-from sessionize_assets.pipeline.lifecycle import update_lifecycle
-from sessionize_assets.pipeline.lifecycle_bookkeeping import LifecycleReport
+from sessionize_assets.pipeline.lifecycle.bookkeeping import LifecycleReport
+from sessionize_assets.pipeline.lifecycle.update import update_lifecycle
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle_states import OPEN_END, STATES, State

@@ -27,7 +27,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.pipeline.landing import LandingComparison, compare_landing, ingested_batches
-from sessionize_assets.pipeline.lifecycle_bookkeeping import ABSORBED, absorbed_by
+from sessionize_assets.pipeline.lifecycle.bookkeeping import ABSORBED, absorbed_by
 from sessionize_assets.pipeline.manifests import Plan, event_dates_behind, session_dates_behind
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings

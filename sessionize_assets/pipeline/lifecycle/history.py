@@ -17,7 +17,7 @@ from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import days_between
 from sessionize_assets.pipeline.keyed_reads import files_for_pairs
-from sessionize_assets.pipeline.lifecycle_bookkeeping import (
+from sessionize_assets.pipeline.lifecycle.bookkeeping import (
     IntervalCommit,
     LifecycleReport,
 )

@@ -1,22 +1,6 @@
-"""sessions -> the user lifecycle: the intervals of the users a change touched, restated from
-their earliest changed day, and the snapshot moved by what those intervals gained and lost.
-
-What each table has absorbed is recorded in its own commits, as Delta `txn` actions
-(`AppTransaction`, one per commit; `lifecycle_bookkeeping`), so a run that died between two
-commits is completed by the next run, whatever range that one was asked for.
-
-A run restates the users whose session days changed since that `sessions` version (from the
-Delta log of `sessions`: the files added and removed since), the users with sessions on the
-days the as-of day moves over, and the users whose current stretch runs out on those days
-(`inactive` -> `dormant` -> `churned`). Everyone else keeps their rows. The snapshot then moves
-by the interval rows added and removed since the version it reflects (from the Delta log of
-`user_lifecycle_state`).
-
-Where the work runs: a batch touches a few rows per touched user, so a run reads, restates and
-commits them on the driver with Arrow (`lifecycle_touched`): a Spark job's fixed cost would be
-most of the work. Restating every user (the first run, or when the `sessions` history since the
-absorbed version is gone) runs the same rule on the executors, by Spark (`lifecycle_history`).
-"""
+"""A lifecycle run: which users it restates, where (`touched` on the driver, `history` by
+Spark), and the snapshot moved by what their intervals gained and lost (the package's
+docstring says why each table records what it absorbed)."""
 
 from __future__ import annotations
 
@@ -27,7 +11,7 @@ import pyarrow as pa
 from sessionize_assets.lake.store import AppTransaction, DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_SNAPSHOT, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import days_between
-from sessionize_assets.pipeline.lifecycle_bookkeeping import (
+from sessionize_assets.pipeline.lifecycle.bookkeeping import (
     ABSORBED,
     STATE_ABSORBED,
     IntervalCommit,
@@ -35,8 +19,8 @@ from sessionize_assets.pipeline.lifecycle_bookkeeping import (
     absorbed_by,
     absorbed_mark,
 )
-from sessionize_assets.pipeline.lifecycle_history import restate_everyone
-from sessionize_assets.pipeline.lifecycle_touched import changed_scope, restate_touched
+from sessionize_assets.pipeline.lifecycle.history import restate_everyone
+from sessionize_assets.pipeline.lifecycle.touched import changed_scope, restate_touched
 from sessionize_assets.pipeline.versions import signed_arrow
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import (

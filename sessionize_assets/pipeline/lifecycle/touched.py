@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import ONE_DAY, days_between
-from sessionize_assets.pipeline.lifecycle_bookkeeping import (
+from sessionize_assets.pipeline.lifecycle.bookkeeping import (
     Interval,
     IntervalCommit,
     LifecycleReport,
