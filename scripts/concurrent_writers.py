@@ -25,7 +25,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
-from sessionize_assets.lake.log_files import read_small_table, table_path
+from sessionize_assets.lake.delta_rs.log_files import read_small_table, table_path
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import (
     EVENTS,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import Row
 
-from sessionize_assets.lake.delta_spark import DeltaSparkStore
+from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import (
     EVENTS,

@@ -5,7 +5,7 @@ from pathlib import Path
 from dagster import AssetKey
 
 from sessionize_assets.definitions import INGEST_JOB, build_definitions, build_resources
-from sessionize_assets.lake.delta_spark import DeltaSparkStore
+from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.resources.spark import delta_jars
 from sessionize_tests.conftest import DELTA_JARS_DIR

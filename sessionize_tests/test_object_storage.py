@@ -16,8 +16,8 @@ from deltalake import DeltaTable
 
 from sessionize_assets.forget import forget
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
+from sessionize_assets.lake.delta_rs.log_files import commit_actions, table_path
 from sessionize_assets.lake.location import Location
-from sessionize_assets.lake.log_files import commit_actions, table_path
 from sessionize_assets.lake.tables import ALL_TABLES, USER_IDENTITIES
 from sessionize_assets.pipeline.forget import data_files_on_disk
 from sessionize_assets.replay.command import replay

@@ -1,6 +1,6 @@
 """Delta tables without the Delta jars: Spark writes Parquet, delta-rs commits the log.
 
-What this backend adds to the shared delta-rs reads and commits (`delta_rs_writes`): its tables
+What this backend adds to the shared delta-rs reads and commits (`delta_rs/writes.py`): its tables
 are created and extended by delta-rs, its Spark writes are staged and committed the same way,
 and its maintenance is delta-rs's (`lake/maintenance.py`).
 """
@@ -18,8 +18,8 @@ from deltalake.transaction import (
 )
 from pyspark.sql import Column, DataFrame
 
-from sessionize_assets.lake.delta_rs_reads import delta_schema
-from sessionize_assets.lake.delta_rs_writes import DeltaRsTables, Staged
+from sessionize_assets.lake.delta_rs.reads import delta_schema
+from sessionize_assets.lake.delta_rs.writes import DeltaRsTables, Staged
 from sessionize_assets.lake.maintenance import maintain_table
 from sessionize_assets.lake.placement import estimated_bytes
 from sessionize_assets.lake.store import (

@@ -1,5 +1,5 @@
 """Table maintenance: compaction, checkpoints, vacuum (by delta-rs; the delta-spark backend
-compacts and vacuums with Delta Spark's own OPTIMIZE and VACUUM, `lake/delta_spark.py`).
+compacts and vacuums with Delta Spark's own OPTIMIZE and VACUUM, `lake/delta_spark/store.py`).
 
 Why each step:
 - **Compaction** merges a partition's small files, for the tables that grow by a few rows per

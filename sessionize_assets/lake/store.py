@@ -186,7 +186,7 @@ class DeltaStore(Protocol):
         one of `partitions`, nothing is committed and `WriteConflictError` is raised; with
         an `app_transaction` (a mark of the whole table), any later commit does. The check and
         the commit are one step: the commit is made at the version checked, or checked again
-        (delta-spark: one step for the writers of a process, see `lake/delta_spark.py`).
+        (delta-spark: one step for the writers of a process, see `lake/delta_spark/store.py`).
         """
         ...
 

@@ -42,8 +42,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from sessionize_assets.lake.delta_rs.log_files import DELTA_LOG_DIR
 from sessionize_assets.lake.location import Location
-from sessionize_assets.lake.log_files import DELTA_LOG_DIR
 from sessionize_assets.lake.store import DeltaStore, LakeError, TableSpec
 from sessionize_assets.lake.tables import (
     EVENTS,

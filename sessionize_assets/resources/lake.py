@@ -14,7 +14,7 @@ from dagster import (
 )
 from pyspark.sql import SparkSession
 
-from sessionize_assets.lake.delta_spark import DeltaSparkStore
+from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.store import DeltaStore

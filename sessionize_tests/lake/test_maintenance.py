@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sessionize_assets.lake.delta_spark import DeltaSparkStore
+from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_tests.lake.test_store import D1, D2, SPEC, frame, rows
 

@@ -29,7 +29,7 @@ from pyspark.sql.types import (
 )
 
 from sessionize_assets.lake import placement
-from sessionize_assets.lake.delta_spark import DeltaSparkStore
+from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.placement import (
     DEFAULT_DRIVER_WRITE_BYTES,

@@ -18,13 +18,17 @@ from typing import Any
 
 from delta.tables import DeltaTable as SparkDeltaTable
 
-from sessionize_assets.lake.delta_rs_writes import MAX_ROWS_PER_FILE, DeltaRsTables
-from sessionize_assets.lake.delta_spark_sql import (
+from sessionize_assets.lake.delta_rs.log_commits import (
+    changed_partitions,
+    check_advances,
+    check_unchanged,
+)
+from sessionize_assets.lake.delta_rs.log_files import commit_of, commits, with_user_metadata
+from sessionize_assets.lake.delta_rs.writes import MAX_ROWS_PER_FILE, DeltaRsTables
+from sessionize_assets.lake.delta_spark.sql import (
     commit_info_of,
     lake_error,
 )
-from sessionize_assets.lake.log_commits import changed_partitions, check_advances, check_unchanged
-from sessionize_assets.lake.log_files import commit_of, commits, with_user_metadata
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,

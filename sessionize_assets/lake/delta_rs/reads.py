@@ -21,8 +21,7 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.location import Location
-from sessionize_assets.lake.log_files import (
+from sessionize_assets.lake.delta_rs.log_files import (
     as_strings,
     file_partitions,
     files_in_range,
@@ -31,6 +30,7 @@ from sessionize_assets.lake.log_files import (
     table_path,
     with_user_metadata,
 )
+from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.parquet_files import read_files
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.store import (

@@ -35,8 +35,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sessionize_assets.lake.delta_rs_reads import DeltaRsReads
-from sessionize_assets.lake.log_commits import (
+from sessionize_assets.lake.delta_rs.log_commits import (
     check_advances,
     check_unchanged,
     commit_info,
@@ -44,9 +43,10 @@ from sessionize_assets.lake.log_commits import (
     discard,
     publish,
 )
-from sessionize_assets.lake.log_files import (
+from sessionize_assets.lake.delta_rs.log_files import (
     file_partitions,
 )
+from sessionize_assets.lake.delta_rs.reads import DeltaRsReads
 from sessionize_assets.lake.maintenance import STAGING_DIR
 from sessionize_assets.lake.parquet_files import read_files, stage_arrow
 from sessionize_assets.lake.placement import spread_for_collect

@@ -14,8 +14,8 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import AddAction, CommitProperties
 
+from sessionize_assets.lake.delta_rs.log_files import logged_changes
 from sessionize_assets.lake.location import Location
-from sessionize_assets.lake.log_files import logged_changes
 from sessionize_assets.lake.parquet_files import file_stats
 from sessionize_assets.lake.store import (
     AppTransaction,

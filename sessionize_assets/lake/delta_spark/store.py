@@ -6,12 +6,12 @@ nothing staged or renamed outside it:
 - `replace_partitions`: an overwrite with `replaceWhere` on the partition values, which Delta
   checks every written row against (a row outside them commits nothing);
 - `rewrite`: one `MERGE` whose source is the rows to add and markers of the rows to drop
-  (`delta_spark_sql.merge_source_and_condition`); Delta rewrites the files holding dropped
+  (`sql.merge_source_and_condition`); Delta rewrites the files holding dropped
   rows, with their other rows; a rewrite that drops nothing is an append;
 - `merge`: a `MERGE` that updates the rows matching on the keys and inserts the others;
 - `maintain`: `OPTIMIZE` and `VACUUM`.
 
-The rest is shared with the embedded store (`delta_rs_reads`, `delta_rs_writes`), through
+The rest is shared with the embedded store (`lake/delta_rs/`), through
 delta-rs on the driver, so it needs no Spark job: the
 reads (the files the log names), the log's bookkeeping (versions, changes, file statistics,
 history) and the writes of small tables built on the driver (`*_arrow`). Both engines write
@@ -39,8 +39,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from sessionize_assets.lake.delta_spark_commits import WRITE_LOCK, DeltaSparkCommits
-from sessionize_assets.lake.delta_spark_sql import (
+from sessionize_assets.lake.delta_rs.log_files import commit_of, commits
+from sessionize_assets.lake.delta_spark.commits import WRITE_LOCK, DeltaSparkCommits
+from sessionize_assets.lake.delta_spark.sql import (
     SOURCE_MATCH,
     SOURCE_PREFIX,
     DeltaConflict,
@@ -49,7 +50,6 @@ from sessionize_assets.lake.delta_spark_sql import (
     partition_literals,
     partitions_predicate,
 )
-from sessionize_assets.lake.log_files import commit_of, commits
 from sessionize_assets.lake.maintenance import MAINTENANCE_METADATA, checkpoint_and_report
 from sessionize_assets.lake.store import (
     AppTransaction,
