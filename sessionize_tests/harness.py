@@ -204,6 +204,17 @@ ON_EACH_BACKEND = pytest.mark.parametrize(
     ids=["embedded", "delta-spark"],
     indirect=True,
 )
+# The same, with the placements of a change's keys (conftest.py's `pair_placement`): both on the
+# embedded store, Spark's joins on delta-spark. The placement is read-side code both backends
+# share (`lake/delta_rs/reads.py`, `pipeline/keyed_reads.py`), and delta-spark writes every
+# change with Delta's operations whatever the placement, so its hash-set run would repeat the
+# embedded one's reads and its own join run's writes (about 160 s of the suite).
+ON_EACH_BACKEND_AND_PLACEMENT = pytest.mark.parametrize(
+    ("pipeline", "pair_placement"),
+    [(EmbeddedDeltaStore, "hash_set"), (EmbeddedDeltaStore, "join"), (DeltaSparkStore, "join")],
+    ids=["embedded-hash_set", "embedded-join", "delta-spark-join"],
+    indirect=True,
+)
 
 
 class Killed(BaseException):

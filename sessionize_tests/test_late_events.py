@@ -11,6 +11,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_tests.harness import (
     ON_EACH_BACKEND,
+    ON_EACH_BACKEND_AND_PLACEMENT,
     day,
 )
 
@@ -18,7 +19,7 @@ from sessionize_tests.harness import (
 pytestmark = pytest.mark.slow
 
 
-@ON_EACH_BACKEND
+@ON_EACH_BACKEND_AND_PLACEMENT
 def test_late_event_merges_two_sessions(pipeline, pair_placement):
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
     pipeline.process(day(0))

@@ -12,7 +12,7 @@ from sessionize_assets.lake.tables import (
     SESSIONS_FILE_ROWS,
 )
 from sessionize_tests.harness import (
-    ON_EACH_BACKEND,
+    ON_EACH_BACKEND_AND_PLACEMENT,
     day,
 )
 
@@ -40,7 +40,7 @@ def crowd(on: date) -> list[tuple]:
     return [(f"{on}-o{n:04d}", f"o{n:04d}", f"{on} 12:00") for n in range(CROWD)]
 
 
-@ON_EACH_BACKEND
+@ON_EACH_BACKEND_AND_PLACEMENT
 def test_a_late_sign_in_relabels_the_device_sessions_on_every_date(pipeline, pair_placement):
     """SPEC §3c: a device's sign-in that arrives days late maps its anonymous sessions on
     three dates to the user, rewriting the one file of each date that holds them, in the
