@@ -208,7 +208,7 @@ ON_EACH_BACKEND = pytest.mark.parametrize(
 # embedded store, Spark's joins on delta-spark. The placement is read-side code both backends
 # share (`lake/delta_rs/reads.py`, `pipeline/keyed_reads.py`), and delta-spark writes every
 # change with Delta's operations whatever the placement, so its hash-set run would repeat the
-# embedded one's reads and its own join run's writes (about 160 s of the suite).
+# embedded one's reads and its own join run's writes (what it saves: docs/testing.md).
 ON_EACH_BACKEND_AND_PLACEMENT = pytest.mark.parametrize(
     ("pipeline", "pair_placement"),
     [(EmbeddedDeltaStore, "hash_set"), (EmbeddedDeltaStore, "join"), (DeltaSparkStore, "join")],
