@@ -19,12 +19,12 @@ the whole table. A partitioned run that wrote nothing, or whose files the log no
 names, checks its own partition range.
 """
 
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import AssetCheckExecutionContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -156,22 +156,40 @@ def changed_rows(
     store: DeltaStore, spec: TableSpec, writes: RunWrites, columns: Sequence[str]
 ) -> pa.Table:
     """`columns` of the rows of the files a run added, less one copy of each row of the files
-    it removed (a multiset difference, as Spark's `exceptAll`), read on the driver: for a
-    run whose files `RunWrites.within` the driver's limit."""
+    it removed (`rows_less`), read on the driver: for a run whose files `RunWrites.within` the
+    driver's limit."""
     added = store.read_files_arrow(spec, writes.added, columns=columns)
     removed = store.read_files_arrow(spec, writes.removed, columns=columns)
-    left = Counter(zip(*(removed.column(name).to_pylist() for name in columns), strict=True))
-    kept = []
-    for index, row in enumerate(
-        zip(*(added.column(name).to_pylist() for name in columns), strict=True)
-    ):
-        if left[row]:
-            left[row] -= 1
-        else:
-            kept.append(index)
-    # Typed: an empty list is an array of nulls, which `take` has no kernel for (a run that
-    # only removed rows keeps none of the files' rows it rewrote).
-    return added.take(pa.array(kept, type=pa.int64()))
+    return rows_less(added, removed)
+
+
+def rows_less(rows: pa.Table, less: pa.Table) -> pa.Table:
+    """`rows` less one copy of each row of `less` (same columns): a multiset difference, as
+    Spark's `exceptAll`, where nulls equal nulls.
+
+    One hash aggregation over both sides (each row +1 or -1), no loop over the rows (a Python
+    one cost about 5 s for a mid-size daily batch's 115,000 rewritten sessions): a value kept
+    n times is taken n times from its first position in `rows` (its copies are equal in every
+    column), in `rows`' order.
+    """
+    keys = rows.column_names
+    both = pa.concat_tables(
+        [
+            rows.append_column("_first", pa.array(range(rows.num_rows), pa.int64())).append_column(
+                "_net", pa.repeat(pa.scalar(1, pa.int64()), rows.num_rows)
+            ),
+            less.select(keys)
+            .cast(rows.schema)
+            .append_column("_first", pa.nulls(less.num_rows, pa.int64()))
+            .append_column("_net", pa.repeat(pa.scalar(-1, pa.int64()), less.num_rows)),
+        ]
+    )
+    net = both.group_by(keys).aggregate([("_first", "min"), ("_net", "sum")])
+    kept = net.filter(pc.greater(net.column("_net_sum"), 0))
+    firsts = kept.column("_first_min").to_pylist()
+    copies = kept.column("_net_sum").to_pylist()
+    taken = sorted(first for first, n in zip(firsts, copies, strict=True) for _ in range(n))
+    return rows.take(pa.array(taken, type=pa.int64()))
 
 
 def frame_of(spark: SparkSession, spec: TableSpec, rows: pa.Table) -> DataFrame:
