@@ -403,8 +403,8 @@ def _events_with_ids_added(step: CheckStep, writes: RunWrites, *, driver_bytes: 
     says they are, found by id.
 
     A small run's ids (files within `driver_bytes`, at most DRIVER_LOOKED_UP_IDS ids) are read
-    on the driver and looked up in the index by hash (`copy_dates`): one Spark job, and the
-    rows are then read by key with no other. A large run's are looked up by Spark.
+    on the driver and looked up in the index by hash there too (`copy_dates`, no Spark job):
+    the rows are then read by key in the rules' job. A large run's are looked up by Spark.
     """
     store = step.store
     columns = ["event_date", "event_id"]

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -78,11 +79,14 @@ def read_files(
     columns: Sequence[str] | None = None,
     *,
     with_file: bool = False,
+    where: pc.Expression | None = None,
 ) -> pa.Table:
     """The rows of these data files (paths relative to the table's `root`), only `columns`
     when given, with the spec's types: the partition column comes from each file's folder, and
     a column a file predates (added by `ensure`) is null. The files are read in parallel.
-    `with_file` adds `FILE_COLUMN`: the path (as given) of the file each row is in."""
+    `with_file` adds `FILE_COLUMN`: the path (as given) of the file each row is in. `where`
+    keeps the rows it holds for, filtered batch by batch as they are read: the driver holds
+    the matches, not the files (a lookup in the id index)."""
     schema = to_arrow_schema(spec.schema)
     names = list(columns) if columns is not None else schema.names
     wanted = pa.schema([schema.field(name) for name in names])
@@ -104,12 +108,12 @@ def read_files(
         filesystem=filesystem,
     )
     if not with_file:
-        return dataset.to_table(columns=names).cast(wanted)
+        return dataset.to_table(columns=names, filter=where).cast(wanted)
     tables = [
         pa.Table.from_batches([tagged.record_batch]).append_column(
             FILE_COLUMN, pa.array([given[tagged.fragment.path]] * tagged.record_batch.num_rows)
         )
-        for tagged in dataset.scanner(columns=names).scan_batches()
+        for tagged in dataset.scanner(columns=names, filter=where).scan_batches()
     ]
     return pa.concat_tables(tables).cast(wanted) if tables else wanted.empty_table()
 

@@ -13,6 +13,7 @@ from datetime import date, timedelta
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StructType
@@ -196,9 +197,11 @@ class DeltaStore(Protocol):
         *,
         partitions: Iterable[PartitionValue] | None = None,
         columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
     ) -> pa.Table:
         """A small table, or a few partitions of one, read on the driver (no Spark job);
-        only `columns` when given."""
+        only `columns` when given, and only the rows `where` holds for (filtered as the files
+        are read: a lookup in a large table holds its matches only)."""
         ...
 
     def read_files_arrow(

@@ -20,12 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS
-from sessionize_assets.pipeline.keyed_reads import isin_texts
 from sessionize_assets.transforms.events import COPY_KEY, Copy
 from sessionize_assets.transforms.id_hash import xxhash64
 
@@ -148,8 +149,10 @@ def copies_of(store: DeltaStore, ids: DataFrame) -> IdCopies:
 def copy_dates(store: DeltaStore, ids: Iterable[str]) -> dict[date, set[str]]:
     """The event dates of every copy of `ids` in the index, with the ids looked for on each,
     on the driver: for a few ids (a small run's check), where `copies_of` would make a frame
-    of them. One Spark job reads `id_hash` and `event_date` of every batch, the ids' hashes
-    (`transforms.id_hash`, as Spark computes them) a hash set in the query.
+    of them. The index's `id_hash` and `event_date` are read with Arrow, filtered by the ids'
+    hashes (`transforms.id_hash`, as Spark computes them) as the files are read: no Spark job,
+    and the driver holds the matches only. (With Spark, a mid-size daily batch's 32,000 ids
+    took about 5 s: the job, and their hash set sent to it.)
 
     Matched by hash only: an id whose hash another id's copy shares is looked for on that
     copy's date too, which finds nothing there unless the id is on it.
@@ -159,15 +162,16 @@ def copy_dates(store: DeltaStore, ids: Iterable[str]) -> dict[date, set[str]]:
         by_hash.setdefault(xxhash64(event_id), []).append(event_id)
     if not by_hash:
         return {}
+    copies = store.read_arrow(
+        EVENT_IDS,
+        columns=["id_hash", "event_date"],
+        where=pc.field("id_hash").isin(pa.array(sorted(by_hash), pa.int64())),
+    )
     found: dict[date, set[str]] = {}
-    for row in (
-        store.read(EVENT_IDS)
-        .where(isin_texts(F.col("id_hash").cast("string"), [str(h) for h in by_hash]))
-        .select("id_hash", "event_date")
-        .distinct()
-        .collect()
+    for id_hash, event_date in zip(
+        copies.column("id_hash").to_pylist(), copies.column("event_date").to_pylist(), strict=True
     ):
-        found.setdefault(row["event_date"], set()).update(by_hash[row["id_hash"]])
+        found.setdefault(event_date, set()).update(by_hash[id_hash])
     return found
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -670,6 +671,13 @@ def test_read_arrow_gives_nulls_for_a_column_added_after_a_file(store):
     ]
     assert store.read_arrow(grown, partitions=[D1], columns=["n", "id"]).to_pylist() == [
         {"n": None, "id": "a"}
+    ]
+    # Filtered as read, on a column and on the partition.
+    assert store.read_arrow(grown, columns=["id"], where=pc.field("n") == 5).to_pylist() == [
+        {"id": "b"}
+    ]
+    assert store.read_arrow(grown, columns=["id"], where=pc.field("day") == D1).to_pylist() == [
+        {"id": "a"}
     ]
 
 

@@ -38,9 +38,11 @@ def read_small_table(
     *,
     partitions: Iterable[PartitionValue] | None = None,
     columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
 ) -> pa.Table:
     """The rows of a small table at `path` (only `partitions`, when given) with the spec's
-    schema (only `columns`, when given); an empty table when it does not exist yet.
+    schema (only `columns`, when given; only the rows `where` holds for, as `read_files`);
+    an empty table when it does not exist yet.
 
     The live files are chosen from the log in Arrow (`file_partitions`): on a table of
     thousands of files, reading one partition costs that partition, not the table.
@@ -51,7 +53,7 @@ def read_small_table(
     except TableNotFoundError:
         table = None
     files = [] if table is None or wanted == set() else file_partitions(table, spec, wanted)
-    return read_files(path, spec, [file for file, _ in files], columns)
+    return read_files(path, spec, [file for file, _ in files], columns, where=where)
 
 
 def logged_changes(

@@ -253,9 +253,12 @@ class DeltaRsReads:
         *,
         partitions: Iterable[PartitionValue] | None = None,
         columns: Sequence[str] | None = None,
+        where: pc.Expression | None = None,
     ) -> pa.Table:
         """A small table (or some partitions of it), read on the driver."""
-        return read_small_table(self.path(spec), spec, partitions=partitions, columns=columns)
+        return read_small_table(
+            self.path(spec), spec, partitions=partitions, columns=columns, where=where
+        )
 
     def read_files_arrow(
         self,
