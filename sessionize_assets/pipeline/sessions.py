@@ -77,7 +77,11 @@ from sessionize_assets.pipeline.touched import (
 )
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.identities import stitch
-from sessionize_assets.transforms.sessions import SESSION_EVENT_COLUMNS, build_sessions
+from sessionize_assets.transforms.sessions import (
+    SESSION_EVENT_COLUMNS,
+    sessions_with_quarantine,
+    split_quarantine,
+)
 
 
 def session_definition(settings: Settings) -> str:
@@ -165,7 +169,7 @@ def update_sessions(
     frames: list[DataFrame] = [plan.scope.pairs]
     try:
         events = _read_events(store, plan, settings=settings, report=report, frames=frames)
-        sessions, quarantine = build_sessions(
+        built = sessions_with_quarantine(
             events,
             gap=settings.session_gap,
             max_length=settings.max_session_length,
@@ -173,9 +177,12 @@ def update_sessions(
             session_dates=plan.computed,
         )
         identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
-        stitched = stitch(plan.scope.within(sessions), identities)
-        sessions = stitched.persist(StorageLevel.MEMORY_AND_DISK)
-        frames.append(sessions)
+        # Kept with the quarantine's columns: both tables' rows come from it, the chains once.
+        stitched = stitch(plan.scope.within(built), identities).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        frames.append(stitched)
+        sessions, quarantine = split_quarantine(stitched)
         flagged = _commit_sessions(
             store,
             spark,
@@ -406,7 +413,7 @@ def _commit_quarantine(
         if in_scope is not None
         else (F.col("session_date").isin(whole) if whole else None),
         drop_keys=None if in_scope is not None else plan.scope.pairs,
-        add=lambda: plan.scope.within(quarantine),
+        add=lambda: quarantine,
         commit_metadata=commit.tags,
         read_version=commit.read_version,
     )

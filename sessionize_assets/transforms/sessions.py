@@ -82,7 +82,33 @@ def build_sessions(
     session_dates: Iterable[date] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Sessions with their attributes (SPEC §3b) and quarantine rows from events, kept for
-    `session_dates` (None: all).
+    `session_dates` (None: all): `split_quarantine` of `sessions_with_quarantine`."""
+    return split_quarantine(
+        sessions_with_quarantine(
+            events,
+            gap=gap,
+            max_length=max_length,
+            conversion_events=conversion_events,
+            session_dates=session_dates,
+        )
+    )
+
+
+# What a quarantined session's quarantine row adds to it (null for the others).
+QUARANTINE_DETAIL = "_quarantine"
+
+
+def sessions_with_quarantine(
+    events: DataFrame,
+    *,
+    gap: timedelta,
+    max_length: timedelta,
+    conversion_events: Collection[str],
+    session_dates: Iterable[date] | None = None,
+) -> DataFrame:
+    """The sessions of `build_sessions`, each with its quarantine row's own columns in
+    QUARANTINE_DETAIL: one frame, so that a run keeping it computes the chains once for both
+    tables (`split_quarantine` then reads both from it).
 
     `events` must hold every event that can decide those dates' sessions: one gap before the
     first date through `max_length + gap` after the last (see partitions.py), with the
@@ -117,7 +143,12 @@ def build_sessions(
         # Partition values stay Column literals, never SQL text.
         sessions = sessions.where(F.col("session_date").isin(sorted(set(session_dates))))
     number = "PARTITION BY user_id, session_date ORDER BY session_start"
-    out = sessions.selectExpr(
+    detail = (
+        f"timestamp_micros(_start_us + {_micros(max_length)}) AS capped_at",
+        "chain_end",
+        "CAST(excluded_events AS BIGINT) AS excluded_events",
+    )
+    return sessions.selectExpr(
         "session_id",
         "user_id",
         "session_date",
@@ -129,18 +160,22 @@ def build_sessions(
         f"CAST(row_number() OVER ({number}) AS INT) AS session_number",
         "is_quarantined",
         *_attribute_columns(),
+        f"CASE WHEN is_quarantined THEN struct({', '.join(detail)}) END AS {QUARANTINE_DETAIL}",
     )
-    quarantine = sessions.where("is_quarantined").selectExpr(
+
+
+def split_quarantine(sessions: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The sessions rows and the quarantine rows of `sessions_with_quarantine`'s frame (or of
+    one derived from it, keeping its other columns: `stitched_user_id`)."""
+    quarantine = sessions.where("is_quarantined").select(
         "session_id",
         "user_id",
         "session_date",
         "session_start",
-        f"timestamp_micros(_start_us + {_micros(max_length)}) AS capped_at",
-        "chain_end",
-        "CAST(excluded_events AS BIGINT) AS excluded_events",
-        f"{sql_string(QUARANTINE_REASON)} AS reason",
+        f"{QUARANTINE_DETAIL}.*",
+        F.lit(QUARANTINE_REASON).alias("reason"),
     )
-    return out, quarantine
+    return sessions.drop(QUARANTINE_DETAIL), quarantine
 
 
 def _attribute_aggregates(conversion_events: Collection[str]) -> list[str]:
