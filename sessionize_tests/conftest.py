@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -55,9 +54,6 @@ TEST_SPARK_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.enabled": "false",
-    # Delta Spark's catalog makes Spark's warehouse folder, `./spark-warehouse` by default:
-    # out of the working directory (the tables are paths; it stays empty).
-    "spark.sql.warehouse.dir": str(Path(tempfile.gettempdir()) / "sessionize-tests-warehouse"),
     DRIVER_OPTIONS: DEFAULT_CONF[DRIVER_OPTIONS] + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -45,6 +46,10 @@ DEFAULT_CONF = {
     # same code (about 10 ms a class) and a process running batch after batch recompiled
     # all of it. Compiled classes are small (metaspace, not heap).
     "spark.sql.codegen.cache.maxEntries": "1000",
+    # Spark's catalog makes its warehouse folder, `./spark-warehouse` by default, in whatever
+    # directory a process started in (Delta Spark's catalog on every session, Spark Connect's
+    # server). sessionize's tables are paths, so it stays empty: in the system temp.
+    "spark.sql.warehouse.dir": str(Path(tempfile.gettempdir()) / "sessionize-spark-warehouse"),
 }
 # Local mode only, where every job is scheduling overhead on the same few cores:
 # - Reads name their files (from the Delta log), and Spark lists more than 32 paths with a

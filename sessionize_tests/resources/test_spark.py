@@ -150,12 +150,16 @@ with build_resources(sessionize_resources(settings, spark_ui=False)) as resource
     print("before", SparkContext._active_spark_context is not None)
     resources.spark.session().range(1).count()
     print("after", SparkContext._active_spark_context is not None)
+    # Spark's catalog makes its warehouse folder when first asked (Delta Spark's is, always).
+    resources.spark.session().sql("show databases").collect()
 """
 
 
 def test_the_session_starts_when_a_step_first_asks_for_it(tmp_path):
     """Dagster initialises a run's resources before its steps: a resource that started Spark
-    then would give every run and sensor that uses none a JVM (4 s and a GB)."""
+    then would give every run and sensor that uses none a JVM (4 s and a GB). The session
+    writes nothing in the directory the process started in (Spark's warehouse folder is in
+    the system temp)."""
     done = subprocess.run(
         [sys.executable, "-c", LAZY_START],
         cwd=tmp_path,
@@ -165,6 +169,7 @@ def test_the_session_starts_when_a_step_first_asks_for_it(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["before", "False", "after", "True"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_delta_jars_are_named_with_how_to_get_them(tmp_path):
