@@ -92,7 +92,7 @@ class EmbeddedDeltaStore(DeltaRsTables):
 
     def driver_write_size(self, df: DataFrame) -> int | None:
         size = estimated_bytes(df)
-        return size if size is not None and size <= self._driver_write_bytes else None
+        return size if size is not None and self.fits_on_driver(size) else None
 
     def merge(
         self,
@@ -136,7 +136,7 @@ class EmbeddedDeltaStore(DeltaRsTables):
                 return [], self._stage(spec, new_rows, staging)
             held = sum(size for _, _, size in candidates.values())
             size = estimated_bytes(new_rows)
-            if size is not None and held + size <= self._driver_write_bytes:
+            if size is not None and self.fits_on_driver(held + size):
                 return self._stage_on_driver(
                     spec, candidates, marked, new_rows, staging, size=held + size
                 )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -32,7 +33,7 @@ def rewritten(
     queries; many, a join (a broadcast job of its own)."""
     relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
     extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
-    dropped = None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
+    dropped = dropped_pairs(changed_pairs, relabel)
     if changed_pairs is not None and dropped is not None and len(dropped) <= PUSHED_KEYS_TOTAL:
         drop = _pair_filter(dropped)
         new_rows = sessions.where(_pair_filter(changed_pairs))
@@ -44,6 +45,25 @@ def rewritten(
     extra = extra.join(keys, on=list(PAIR), how="left_anti")
     relabelled_keys = spark.createDataFrame(relabel.pairs, "session_date date, user_id string")
     return None, keys.unionByName(relabelled_keys).distinct(), new_rows.unionByName(extra)
+
+
+def dropped_pairs(
+    changed_pairs: list[tuple[date, str]] | None, relabel: Relabel
+) -> set[tuple[date, str]] | None:
+    """The (session_date, user_id) pairs whose old rows the sessions commit drops: the
+    changed pairs and the relabelled ones; None when the changed pairs were too many to list."""
+    return None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
+
+
+def pairs_table(pairs: Iterable[tuple[date, str]]) -> pa.Table:
+    """`pairs` as the key columns of `rewrite_arrow`'s `drop`, in order."""
+    ordered = sorted(pairs)
+    return pa.table(
+        {
+            "session_date": pa.array([day for day, _ in ordered], pa.date32()),
+            "user_id": pa.array([user for _, user in ordered], pa.string()),
+        }
+    )
 
 
 def event_dates_of(session_date: Column, settings: Settings) -> Column:

@@ -566,12 +566,22 @@ def test_a_commit_that_marks_the_table_conflicts_with_any_commit_since_its_read(
     assert [r["id"] for r in table_rows(store)] == ["a", "b"]
 
 
-def test_only_the_embedded_store_writes_a_small_change_from_the_driver(spark, store, request):
+def test_only_the_embedded_store_writes_a_small_change_from_the_driver(
+    spark, store, request, tmp_path
+):
     store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
     # A table's few rows, sized from its files' statistics with no job.
     assert store.writes_on_driver(store.read(SPEC)) == (request.node.callspec.id == "embedded")
     # Rows made on the driver are an RDD Spark cannot size: never taken for small.
     assert not store.writes_on_driver(frame(spark, rows(("a", D1, 1))))
+    # A rewrite weighs the files it reads too: the table's one file, then a bound below it.
+    files = store.files_with_values(SPEC, column="id", values={D1: ["a"]})
+    on_driver = request.node.callspec.id == "embedded"
+    assert store.rewrites_on_driver(SPEC, store.read(SPEC), files=files) == on_driver
+    if on_driver:
+        size = (store.path(SPEC).local_path() / files[0]).stat().st_size
+        tight = type(store)(spark=spark, lake=tmp_path / "lake", driver_write_bytes=size)
+        assert not tight.rewrites_on_driver(SPEC, store.read(SPEC), files=files)
 
 
 def test_changes_list_the_files_each_commit_added_and_removed(spark, store):

@@ -48,7 +48,7 @@ from sessionize_assets.lake.delta_rs.log_files import (
 )
 from sessionize_assets.lake.delta_rs.reads import DeltaRsReads
 from sessionize_assets.lake.maintenance import STAGING_DIR
-from sessionize_assets.lake.parquet_files import read_files, stage_arrow
+from sessionize_assets.lake.parquet_files import FILE_COLUMN, read_files, stage_arrow
 from sessionize_assets.lake.placement import spread_for_collect
 from sessionize_assets.lake.store import (
     AppTransaction,
@@ -86,6 +86,25 @@ class DeltaRsTables(DeltaRsReads, ABC):
 
     def writes_on_driver(self, df: DataFrame) -> bool:
         return self.driver_write_size(df) is not None
+
+    def rewrites_on_driver(self, spec: TableSpec, df: DataFrame, *, files: Collection[str]) -> bool:
+        size = self.driver_write_size(df)
+        table = self._table(spec)
+        if size is None or table is None:
+            return size is not None
+        wanted = set(files)
+        held = sum(
+            file_size
+            for path, _, file_size in file_partitions(
+                table, spec, _partitions_of(wanted), sizes=True
+            )
+            if path in wanted
+        )
+        return self.fits_on_driver(held + size)
+
+    def fits_on_driver(self, size: int) -> bool:
+        """Whether `size` bytes (files read and rows added) are within `driver_write_bytes`."""
+        return size <= self._driver_write_bytes
 
     def _staging(self, spec: TableSpec) -> Path:
         """A new folder to write a commit's files in before they are published: in the
@@ -242,12 +261,7 @@ class DeltaRsTables(DeltaRsReads, ABC):
             return [], schema.empty_table()
         live = {
             path: (value, size)
-            for path, value, size in file_partitions(
-                table,
-                spec,
-                {unquote(f).split("/", 1)[0].split("=", 1)[1] for f in files},
-                sizes=True,
-            )
+            for path, value, size in file_partitions(table, spec, _partitions_of(files), sizes=True)
         }
         gone = sorted(set(files) - live.keys())
         if gone:
@@ -255,17 +269,17 @@ class DeltaRsTables(DeltaRsReads, ABC):
                 f"{spec.name}: files {gone[:2]} were replaced since they were chosen; nothing "
                 "was committed: a new run redoes the work from the current version"
             )
-        touched, kept = [], []
-        keys = drop.select(drop.column_names).cast(
-            pa.schema([schema.field(name) for name in drop.column_names])
-        )
-        for path in sorted(set(files)):
-            rows = read_files(self.path(spec), spec, [path], schema.names)
-            left = rows.join(keys, keys=drop.column_names, join_type="left anti")
-            if left.num_rows < rows.num_rows:
-                touched.append((path, *live[path]))
-                kept.append(left.select(schema.names).cast(schema))
-        return touched, pa.concat_tables(kept) if kept else schema.empty_table()
+        names = drop.column_names
+        keys = drop.select(names).cast(pa.schema([schema.field(name) for name in names]))
+        # One read of all the files (in parallel), then the files that hold a key, then
+        # their other rows.
+        rows = read_files(self.path(spec), spec, files, schema.names, with_file=True)
+        hits = rows.select([*names, FILE_COLUMN]).join(keys, keys=names, join_type="left semi")
+        hit_files = pc.unique(hits.column(FILE_COLUMN))
+        in_hit_files = rows.filter(pc.is_in(rows.column(FILE_COLUMN), value_set=hit_files))
+        kept = in_hit_files.join(keys, keys=names, join_type="left anti")
+        touched = [(path, *live[path]) for path in sorted(hit_files.to_pylist())]
+        return touched, kept.select(schema.names).cast(schema)
 
     def _marked_rows(
         self,
@@ -448,3 +462,8 @@ def _candidates_of(
     if unknown:
         raise LakeError(f"{spec.name}: cannot map Spark file paths {sorted(unknown)[:2]}")
     return [candidates[path] for path in sorted(by_path)]
+
+
+def _partitions_of(files: Iterable[str]) -> set[str]:
+    """The partition values of these relative paths (`column=value/name.parquet`)."""
+    return {unquote(f).split("/", 1)[0].split("=", 1)[1] for f in files}
