@@ -61,7 +61,6 @@ from sessionize_assets.pipeline.manifests import (
 from sessionize_assets.pipeline.sessions_diff import (
     DateChanges,
     SessionsScope,
-    dropped_pairs,
     event_dates_of,
     pairs_table,
     rewritten,
@@ -366,23 +365,22 @@ def _commit_sessions(
         # Only the pairs whose rows differ are rewritten, on whole dates too: their old rows
         # were all compared, so the pairs that did not change keep their rows. The relabelled
         # pairs ride on the same commit.
-        drop, drop_keys, new_rows = rewritten(
+        rewrite = rewritten(
             spark, sessions, diff, changed_pairs=summary.changed_pairs, relabel=relabel
         )
         searched = None if files is None else sorted({*files, *relabel.files})
-        dropped = dropped_pairs(summary.changed_pairs, relabel)
         if (
             searched is not None
-            and dropped is not None
-            and store.rewrites_on_driver(SESSIONS, new_rows, files=searched)
+            and rewrite.dropped is not None
+            and store.rewrites_on_driver(SESSIONS, rewrite.new_rows, files=searched)
         ):
             # The pairs and the files that can hold their old rows are known, and they fit
             # the driver: the files are read and written there with Arrow, and Spark's one job
             # collects the new rows alone (not the files' rows too, shuffled to the driver).
             done = store.rewrite_arrow(
                 SESSIONS,
-                add=new_rows.toArrow(),
-                drop=pairs_table(dropped),
+                add=rewrite.new_rows.toArrow(),
+                drop=pairs_table(rewrite.dropped),
                 files=searched,
                 commit_metadata=commit.tags,
                 app_transaction=relabel.transaction,
@@ -392,10 +390,10 @@ def _commit_sessions(
             done = store.rewrite(
                 SESSIONS,
                 partitions=sorted({*changed_dates, *relabel.dates}),
-                drop=drop,
-                drop_keys=drop_keys,
+                drop=rewrite.drop_filter(),
+                drop_keys=rewrite.drop_keys,
                 files=searched,
-                add=lambda: new_rows,
+                add=lambda: rewrite.new_rows,
                 commit_metadata=commit.tags,
                 app_transaction=relabel.transaction,
                 read_version=commit.read_version,

@@ -20,6 +20,26 @@ from sessionize_assets.pipeline.touched import PAIR, days_around_column
 from sessionize_assets.settings import Settings
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """What the sessions commit drops and adds (`rewritten`): the old rows of `dropped`, or of
+    `drop_keys` when the pairs were too many to list; and `new_rows`."""
+
+    new_rows: DataFrame
+    # The pairs whose old rows are dropped, listed; None when they were too many to list.
+    dropped: set[tuple[date, str]] | None
+    # The same pairs as a frame when they are too many to be a filter in the query.
+    drop_keys: DataFrame | None
+
+    def drop_filter(self) -> Column | None:
+        """`dropped` as a filter in Spark's queries, unless they are a frame (`drop_keys`).
+        Built when asked: a rewrite on the driver takes the pairs as an Arrow table instead,
+        and a filter of thousands of pairs is seconds of calls into the JVM."""
+        if self.drop_keys is not None or self.dropped is None:
+            return None
+        return _pair_filter(self.dropped)
+
+
 def rewritten(
     spark: SparkSession,
     sessions: DataFrame,
@@ -27,32 +47,28 @@ def rewritten(
     *,
     changed_pairs: list[tuple[date, str]] | None,
     relabel: Relabel,
-) -> tuple[Column | None, DataFrame | None, DataFrame]:
-    """What the sessions commit drops (a filter, or keys) and adds: the recomputed pairs whose
-    rows differ, and the relabelled pairs outside them. Few pairs are a filter in the
-    queries; many, a join (a broadcast job of its own)."""
+) -> Rewrite:
+    """What the sessions commit drops and adds: the recomputed pairs whose rows differ, and the
+    relabelled pairs outside them. Few pairs are a filter in the queries; many, a join (a
+    broadcast job of its own)."""
     relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
     extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
-    dropped = dropped_pairs(changed_pairs, relabel)
-    if changed_pairs is not None and dropped is not None and len(dropped) <= PUSHED_KEYS_TOTAL:
-        drop = _pair_filter(dropped)
+    dropped = None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
+    if changed_pairs is not None and len(dropped or ()) <= PUSHED_KEYS_TOTAL:
         new_rows = sessions.where(_pair_filter(changed_pairs))
-        return drop, None, new_rows if extra is None else new_rows.unionByName(extra)
+        new_rows = new_rows if extra is None else new_rows.unionByName(extra)
+        return Rewrite(new_rows=new_rows, dropped=dropped, drop_keys=None)
     keys = diff.select(*PAIR).distinct()
     new_rows = sessions.join(keys, on=list(PAIR), how="left_semi")
     if extra is None:
-        return None, keys, new_rows
+        return Rewrite(new_rows=new_rows, dropped=dropped, drop_keys=keys)
     extra = extra.join(keys, on=list(PAIR), how="left_anti")
     relabelled_keys = spark.createDataFrame(relabel.pairs, "session_date date, user_id string")
-    return None, keys.unionByName(relabelled_keys).distinct(), new_rows.unionByName(extra)
-
-
-def dropped_pairs(
-    changed_pairs: list[tuple[date, str]] | None, relabel: Relabel
-) -> set[tuple[date, str]] | None:
-    """The (session_date, user_id) pairs whose old rows the sessions commit drops: the
-    changed pairs and the relabelled ones; None when the changed pairs were too many to list."""
-    return None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
+    return Rewrite(
+        new_rows=new_rows.unionByName(extra),
+        dropped=dropped,
+        drop_keys=keys.unionByName(relabelled_keys).distinct(),
+    )
 
 
 def pairs_table(pairs: Iterable[tuple[date, str]]) -> pa.Table:
