@@ -406,6 +406,94 @@ def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
     assert not passed_after("a")  # the run wrote `later` only; the other copy is on `first`
 
 
+def test_every_line_accounted_in_a_run_counts_the_inputs_it_read_or_changed(spark, settings, store):
+    """An events run's check counts the inputs (batch, event date) its manifest commit says it
+    read, and those whose events or duplicate rejections it changed: a line it read and lost
+    fails it, and so does an event of another batch it removed without rejecting it. An
+    input it neither read nor changed is not read (the check alone still finds it)."""
+    from dagster import instance_for_test
+
+    from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS, REJECTED_EVENTS
+    from sessionize_assets.partitions import RANGE_END, RANGE_START
+    from sessionize_assets.pipeline.manifests import record_absorbed
+    from sessionize_assets.transforms.validation import DEDUP
+
+    old, new, lost = D, D + timedelta(days=1), D + timedelta(days=2)  # batches
+    late, far = D - timedelta(days=1), D - timedelta(days=9)  # event dates
+    job = checks_job(settings, {"every_line_accounted": "events"})
+
+    def event(event_id, day, batch):
+        at = datetime(day.year, day.month, day.day, 12)
+        return {"event_id": event_id, "user_id": "u", "event_ts": at, "event_date": day,
+                "received_at": at, "received_date": batch, "source_file": "f"}  # fmt: skip
+
+    def events(*rows):
+        return spark.createDataFrame(list(rows), EVENTS.schema)
+
+    def raw(*rows):
+        lines = [
+            {"message_id": r["event_id"], "raw_line": "{}"}
+            | {k: v for k, v in r.items() if k != "event_id"}
+            for r in rows
+        ]
+        return spark.createDataFrame(lines, RAW_EVENTS.schema)
+
+    def duplicate(row):
+        rejection = {"raw_line": "{}", "reason": "duplicate", "message_id": row["event_id"],
+                     "received_date": row["received_date"], "source_file": "f",
+                     "origin": DEDUP, "event_date": row["event_date"]}  # fmt: skip
+        return spark.createDataFrame([rejection], REJECTED_EVENTS.schema)
+
+    # History: batch `old`'s a1 (on D) and a2 (late) are events; its x9 (far) is in no table,
+    # an old violation that no run below reads.
+    a1, a2, x9 = event("a1", D, old), event("a2", late, old), event("x9", far, old)
+    store.replace_partitions(RAW_EVENTS, raw(a1, a2, x9), partitions=[old])
+    store.replace_partitions(EVENTS, events(a1, a2), partitions=[D, late])
+    b1, c1 = event("b1", D, new), event("c1", D, lost)
+    store.replace_partitions(RAW_EVENTS, raw(b1), partitions=[new])
+    store.replace_partitions(RAW_EVENTS, raw(c1), partitions=[lost])
+
+    def passed(*commits, read) -> bool:
+        """Whether the check passes in a run that made `commits` and read `read`."""
+        run_id = str(uuid.uuid4())
+        tags = {"dagster_run_id": run_id}
+        for commit in commits:
+            commit(tags)
+        absorbed = {day: {(day, batch): 0} for day, batch in read}
+        record_absorbed(store, absorbed=absorbed, events_version=None, run_id=run_id, read=read)
+        span = {RANGE_START: far.isoformat(), RANGE_END: lost.isoformat()}
+        with instance_for_test() as instance:
+            result = job.execute_in_process(
+                instance=instance, raise_on_error=False, tags=span, run_id=run_id
+            )
+        (evaluation,) = result.get_asset_check_evaluations()
+        return evaluation.passed
+
+    def add(spec, frame):
+        return lambda tags: store.rewrite(spec, add=lambda: frame, commit_metadata=tags)
+
+    def remove_a1(tags):
+        store.rewrite(
+            EVENTS,
+            partitions=[D],
+            drop=F.col("event_id") == "a1",
+            add=lambda: events().limit(0),
+            commit_metadata=tags,
+        )
+
+    assert passed(add(EVENTS, events(b1)), read=[(D, new)])
+    # c1 was read and is neither an event nor a rejection.
+    assert not passed(read=[(D, lost)])
+    # a1, of batch `old`, removed from events: that input's count changed.
+    assert not passed(remove_a1, read=[(D, new)])
+    # ... and rejected as a duplicate: it adds up again.
+    assert passed(add(REJECTED_EVENTS, duplicate(a1)), read=[(D, new)])
+    with instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert sorted(evaluation.metadata["dates"].value) == [far.isoformat(), D.isoformat()]
+
+
 def test_a_failed_check_fails_its_run_and_replay_names_it(spark, settings, store):
     """The invariant checks are blocking: a failed one fails its run, which replay names."""
     from dagster import instance_for_test

@@ -52,6 +52,7 @@ from sessionize_assets.checks.rules import (
 from sessionize_assets.checks.scope import (
     RunWrites,
     changed_rows,
+    counts_changed,
     covered_dates,
     frame_of,
     pairs_of,
@@ -68,15 +69,18 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import days_around
 from sessionize_assets.pipeline.event_ids import copies_of, copy_dates
-from sessionize_assets.pipeline.keyed_reads import read_by_keys
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, pair_filter, read_by_keys
 from sessionize_assets.pipeline.manifests import (
+    InputKey,
     batch_inputs,
+    inputs_read,
     recompute_event_dates,
     recompute_session_dates,
 )
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.validation import DEDUP
 from sessionize_assets.typed_metadata import MetadataRecord, Shown, entry, metadata_record
 
 
@@ -268,21 +272,65 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 else store.read(EVENTS, partitions=covered_dates(context, [writes]))
             )
         if "every_line_accounted" in selected:
-            dates = covered_dates(context, [writes])
-            if dates is None:
-                raw = store.read(RAW_EVENTS)
-                events = store.read(EVENTS)
-                rejected = store.read(REJECTED_EVENTS)
-            else:
-                # The batches holding events of these dates (from the index), those dates only.
-                inputs = batch_inputs(store, dates).values()
-                batches = sorted({received for held in inputs for _, received in held})
-                on_dates = F.col("event_date").isin(dates)
-                raw = store.read(RAW_EVENTS, partitions=batches).where(on_dates)
-                events = store.read(EVENTS, partitions=dates)
-                rejected = store.read(REJECTED_EVENTS, partitions=batches).where(on_dates)
-            rules["every_line_accounted"] = unaccounted_lines(raw, events, rejected)
+            rules["every_line_accounted"] = unaccounted_lines(*_accounted_rows(step, writes))
         return rules
+
+    def _accounted_rows(
+        step: CheckStep, writes: RunWrites | None
+    ) -> tuple[DataFrame, DataFrame, DataFrame]:
+        """The raw rows, events and duplicate rejections `every_line_accounted` counts: of
+        every input (batch, event date) the run read or changed the count of, when its
+        manifest commit names what it read and its files fit the driver (a daily batch's);
+        otherwise of every input of the dates it wrote, or of the whole tables alone."""
+        context, store = step.context, step.store
+        dates = covered_dates(context, [writes])
+        if dates is None:
+            return store.read(RAW_EVENTS), store.read(EVENTS), store.read(REJECTED_EVENTS)
+        inputs = _inputs_counted(step, writes)
+        if inputs is not None:
+            batches = sorted({received for _, received in inputs})
+            keep = pair_filter(
+                ((received, day) for day, received in inputs),
+                partition="received_date",
+                key="event_date",
+            )
+            return (
+                store.read(RAW_EVENTS, partitions=batches).where(keep),
+                store.read(EVENTS, partitions=sorted({day for day, _ in inputs})).where(
+                    F.col("received_date").isin(batches) & keep
+                ),
+                store.read(REJECTED_EVENTS, partitions=batches).where(keep),
+            )
+        # The batches holding events of these dates (from the index), those dates only.
+        held = batch_inputs(store, dates).values()
+        batches = sorted({received for inputs in held for _, received in inputs})
+        on_dates = F.col("event_date").isin(dates)
+        return (
+            store.read(RAW_EVENTS, partitions=batches).where(on_dates),
+            store.read(EVENTS, partitions=dates),
+            store.read(REJECTED_EVENTS, partitions=batches).where(on_dates),
+        )
+
+    def _inputs_counted(step: CheckStep, writes: RunWrites | None) -> set[InputKey] | None:
+        """The inputs (event date, batch) whose count can have changed in this run: those it
+        read, and those whose rows it added to or removed from `events`, or as duplicates
+        from `rejected_events` (a displaced or promoted copy of another batch). Any other
+        input holds what the runs before left, which their checks counted. None when the run
+        does not name what it read, or wrote more than the driver reads."""
+        read = inputs_read(step.store, run_id=step.context.run.run_id)
+        rejected = written(step.context, step.store, REJECTED_EVENTS)
+        limit = settings.driver_write_bytes
+        if read is None or not all(w is None or w.within(limit) for w in (writes, rejected)):
+            return None
+        inputs = set(read)
+        if writes is not None:
+            changed = counts_changed(step.store, EVENTS, writes, ["event_date", "received_date"])
+            inputs |= {(day, received) for day, received in changed}
+        if rejected is not None:
+            columns = ["event_date", "received_date", "origin"]
+            changed = counts_changed(step.store, REJECTED_EVENTS, rejected, columns)
+            inputs |= {(day, received) for day, received, origin in changed if origin == DEDUP}
+        return inputs if len(inputs) <= PUSHED_KEYS_TOTAL else None
 
     @lake_checks(name="sessions_checks", checks=SESSIONS_CHECKS, recompute=recompute_session_dates)
     def sessions_checks(step: CheckStep) -> dict[str, Violations]:

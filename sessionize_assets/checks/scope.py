@@ -163,6 +163,24 @@ def changed_rows(
     return rows_less(added, removed)
 
 
+def counts_changed(
+    store: DeltaStore, spec: TableSpec, writes: RunWrites, columns: Sequence[str]
+) -> set[tuple]:
+    """The values of `columns` that the rows of the files a run added and of those it
+    removed hold a different number of times: where a count by them can have changed (a file
+    rewritten with its other rows copied over changes no count of theirs). Read on the driver,
+    for a run whose files `RunWrites.within` the driver's limit."""
+
+    def counts(paths: Sequence[str]) -> dict[tuple, int]:
+        rows = store.read_files_arrow(spec, paths, columns=columns)
+        grouped = rows.group_by(list(columns)).aggregate([([], "count_all")])
+        keys = zip(*(grouped.column(name).to_pylist() for name in columns), strict=True)
+        return dict(zip(keys, grouped.column("count_all").to_pylist(), strict=True))
+
+    added, removed = counts(writes.added), counts(writes.removed)
+    return {key for key in added.keys() | removed.keys() if added.get(key) != removed.get(key)}
+
+
 def rows_less(rows: pa.Table, less: pa.Table) -> pa.Table:
     """`rows` less one copy of each row of `less` (same columns): a multiset difference, as
     Spark's `exceptAll`, where nulls equal nulls.

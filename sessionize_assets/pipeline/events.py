@@ -170,6 +170,7 @@ def update_events(
         events_version=commit.version,
         run_id=run_id,
         read_version=read_at[EVENTS_MANIFEST],
+        read=[*work.new_inputs, *work.all_inputs],
     )
     report.also_changed = also_changed
     _report_run(store, report, work, change, commit)

@@ -18,7 +18,7 @@ filtered in Arrow before anything becomes a Python object.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -150,11 +150,22 @@ def record_absorbed(
     events_version: int | None,
     run_id: str,
     read_version: int | None = None,
+    read: Collection[InputKey] = (),
 ) -> None:
     """Replace the events manifest of `absorbed`'s partitions with exactly these inputs, held
-    by `events` at `events_version` (see `WriteConflictError` for `read_version`)."""
+    by `events` at `events_version` (see `WriteConflictError` for `read_version`). The commit
+    names the inputs the run `read` (`inputs_read`), up to READ_INPUTS_RECORDED of them."""
     if not absorbed:
         return
+    metadata = {}
+    if 0 < len(read) <= READ_INPUTS_RECORDED:
+        by_batch: dict[str, set[str]] = {}
+        for event_date, received_date in read:
+            by_batch.setdefault(received_date.isoformat(), set()).add(event_date.isoformat())
+        metadata[READ_INPUTS_KEY] = json.dumps(
+            {batch: sorted(dates) for batch, dates in sorted(by_batch.items())},
+            separators=(",", ":"),
+        )
     now = datetime.now(UTC)
     rows = [
         {
@@ -176,7 +187,29 @@ def record_absorbed(
         partitions=sorted(absorbed),
         run_id=run_id,
         read_version=read_version,
+        metadata=metadata,
     )
+
+
+# An events run's manifest commit names the inputs the run read (received_date -> event
+# dates): what its check `every_line_accounted` covers, beside the inputs whose rows it
+# changed. Past READ_INPUTS_RECORDED inputs (a rebuild), none are named and the check covers
+# the dates the run wrote, whole.
+READ_INPUTS_KEY = "sessionize.read_inputs"
+READ_INPUTS_RECORDED = 5_000
+
+
+def inputs_read(store: DeltaStore, *, run_id: str) -> set[InputKey] | None:
+    """The inputs the events run `run_id` read, from its manifest commits (`record_absorbed`);
+    None when none of its commits names them (it absorbed nothing, or too much to name)."""
+    found: set[InputKey] | None = None
+    for commit in store.history(EVENTS_MANIFEST, limit=RECENT_EVENTS_COMMITS):
+        if commit.get("dagster_run_id") != run_id or READ_INPUTS_KEY not in commit:
+            continue
+        found = found or set()
+        for batch, dates in json.loads(commit[READ_INPUTS_KEY]).items():
+            found |= {(date.fromisoformat(day), date.fromisoformat(batch)) for day in dates}
+    return found
 
 
 # An `events` commit names, in its commit info, the inputs its partitions then hold (as
@@ -362,6 +395,7 @@ def _replace(
     partitions: list[date],
     run_id: str,
     read_version: int | None,
+    metadata: Mapping[str, str] | None = None,
 ) -> None:
     if not partitions:
         return
@@ -369,6 +403,6 @@ def _replace(
         spec,
         pa.Table.from_pylist(rows, schema=to_arrow_schema(spec.schema)),
         partitions=partitions,
-        commit_metadata={"dagster_run_id": run_id, "table": spec.name},
+        commit_metadata={"dagster_run_id": run_id, "table": spec.name, **(metadata or {})},
         read_version=read_version,
     )
