@@ -228,7 +228,7 @@ def store(spark: SparkSession, settings: Settings) -> EmbeddedDeltaStore:
 
 @pytest.fixture
 def pipeline(request, spark, settings) -> Pipeline:
-    """On the embedded store, or the one `ON_EACH_BACKEND` gives."""
+    """On the embedded store, or the one a test's parameter gives (`indirect`)."""
     return Pipeline(spark, settings, store=getattr(request, "param", EmbeddedDeltaStore))
 
 

@@ -188,26 +188,20 @@ class Pipeline:
             if r.snapshot_date == snapshot_date and (r.users or r.exited)
         }
 
-    def changes(self, run: str) -> list[tuple]:
+    def changes(self, run: str, *, user: str | None = None) -> list[tuple]:
+        """The corrections log of `run` (of `user`'s sessions only, when given)."""
         rows = table_rows(self.store, SESSION_CHANGES)
         return sorted(
             (r.change, r.session_start.isoformat(sep=" "), r.event_count)
             for r in rows
-            if r.run_id == run
+            if r.run_id == run and user in (None, r.user_id)
         )
 
 
-# The five ways a late event changes sessions, on both storage backends.
-ON_EACH_BACKEND = pytest.mark.parametrize(
-    "pipeline",
-    [EmbeddedDeltaStore, DeltaSparkStore],
-    ids=["embedded", "delta-spark"],
-    indirect=True,
-)
-# The same, with the placements of a change's keys (conftest.py's `pair_placement`): both on the
-# embedded store, Spark's joins on delta-spark. The placement is read-side code both backends
-# share (`lake/delta_rs/reads.py`, `pipeline/keyed_reads.py`), and delta-spark writes every
-# change with Delta's operations whatever the placement, so its hash-set run would repeat the
+# The placements of a change's keys (conftest.py's `pair_placement`): both on the embedded
+# store, Spark's joins on delta-spark. The placement is read-side code both backends share
+# (`lake/delta_rs/reads.py`, `pipeline/keyed_reads.py`), and delta-spark writes every change
+# with Delta's operations whatever the placement, so its hash-set run would repeat the
 # embedded one's reads and its own join run's writes (what it saves: docs/testing.md).
 ON_EACH_BACKEND_AND_PLACEMENT = pytest.mark.parametrize(
     ("pipeline", "pair_placement"),

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.tables import (
     SESSIONS,
     SESSIONS_FILE_ROWS,
 )
-from sessionize_tests.harness import (
-    ON_EACH_BACKEND,
-    ON_EACH_BACKEND_AND_PLACEMENT,
-    day,
-)
+from sessionize_tests.harness import Pipeline, day
 
 # Minutes of batches in all: started first (conftest.py).
 pytestmark = pytest.mark.slow
 
 
-@ON_EACH_BACKEND_AND_PLACEMENT
 def test_late_event_merges_two_sessions(pipeline, pair_placement):
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
     pipeline.process(day(0))
@@ -43,7 +39,6 @@ def page(url: str, referrer: str | None = None) -> dict:
     return {"type": "page", "properties": {"url": url, "referrer": referrer}}
 
 
-@ON_EACH_BACKEND
 def test_a_late_first_page_event_changes_the_landing_page_and_channel(pipeline):
     """SPEC §3b: the batch that delivers a session's new first page event gives the session
     that page's landing URL, referrer, campaign and channel."""
@@ -82,7 +77,6 @@ def test_late_event_inside_a_session_only_extends_its_count(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
-@ON_EACH_BACKEND
 def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 08:00"), ("b", "u", "2026-01-10 12:00")])
     pipeline.process(day(0))
@@ -96,7 +90,6 @@ def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
-@ON_EACH_BACKEND
 def test_late_event_joins_the_previous_days_session_across_midnight(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 23:50")])
     pipeline.land(day(1), [("b", "u", "2026-01-11 00:30")], name="b.jsonl")
@@ -111,7 +104,6 @@ def test_late_event_joins_the_previous_days_session_across_midnight(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
-@ON_EACH_BACKEND
 def test_late_event_pulls_the_next_days_session_in(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 23:00")])
     pipeline.land(day(1), [("b", "u", "2026-01-11 00:20")])
@@ -146,4 +138,102 @@ def test_a_late_event_rewrites_only_its_users_file(pipeline):
     assert run.sessions.files_rewritten == 1 and run.sessions.files_total == 3
     assert len(before & set(pipeline.store.live_files(SESSIONS))) == 2  # the others kept
     assert run.events.new_events == 1 and run.events.rows_written == 1  # appended, not rewritten
+    pipeline.assert_equals_full_recompute()
+
+
+# The five cases above run on the embedded store, one lake each. On the delta-spark backend
+# (Delta Spark's MERGE and overwrite write every change) they run together: one user each, in
+# the same three batches, which bring every case its late event at once. Each ends as it does
+# alone, and the lake equals the full recompute.
+ON_DELTA_SPARK = pytest.mark.parametrize(
+    "pipeline", [DeltaSparkStore], ids=["delta-spark"], indirect=True
+)
+
+
+@ON_DELTA_SPARK
+def test_the_five_cases_at_once_on_the_delta_spark_backend(pipeline: Pipeline):
+    landing = "https://shop.example/sale?utm_source=ads&utm_medium=CPC"
+    pipeline.land(
+        day(0),
+        [
+            ("merge-a", "merge", "2026-01-10 10:00"),
+            ("merge-b", "merge", "2026-01-10 10:50"),
+            (
+                "page-b",
+                "page",
+                "2026-01-10 10:10",
+                page("https://shop.example/p", "https://t.co/x"),
+            ),
+            ("page-c", "page", "2026-01-10 10:12", page("https://shop.example/cart")),
+            ("between-a", "between", "2026-01-10 08:00"),
+            ("between-b", "between", "2026-01-10 12:00"),
+            ("midnight-a", "midnight", "2026-01-10 23:50"),
+            ("pull-a", "pull", "2026-01-10 23:00"),
+        ],
+    )
+    pipeline.land(
+        day(1),
+        [("midnight-b", "midnight", "2026-01-11 00:30"), ("pull-b", "pull", "2026-01-11 00:20")],
+    )
+    pipeline.process(day(0))
+    pipeline.process(day(1))
+
+    def sessions(user: str) -> list[tuple]:
+        return [s for s in pipeline.sessions() if s[0] == user]
+
+    def attributes(user: str):
+        (row,) = [r for r in pipeline.store.read(SESSIONS).collect() if r.user_id == user]
+        return row
+
+    assert [s[1] for s in sessions("merge")] == ["2026-01-10 10:00:00", "2026-01-10 10:50:00"]
+    before = attributes("page")
+    assert (before.landing_page_url, before.referrer_host, before.channel) == (
+        "https://shop.example/p",
+        "t.co",
+        "Organic Social",
+    )
+    assert len(sessions("midnight")) == 2
+    assert [s[1][:10] for s in sessions("pull")] == ["2026-01-10", "2026-01-11"]
+
+    pipeline.land(
+        day(2),
+        [
+            ("merge-c", "merge", "2026-01-10 10:25"),
+            ("page-a", "page", "2026-01-10 10:00", page(landing, "https://www.google.de/")),
+            ("between-c", "between", "2026-01-10 10:00"),
+            ("midnight-c", "midnight", "2026-01-11 00:10"),
+            ("pull-c", "pull", "2026-01-10 23:55"),
+        ],
+    )
+    run = pipeline.process(day(2))
+
+    assert sessions("merge") == [
+        ("merge", "2026-01-10 10:00:00", "2026-01-10 10:50:00", 3, 1, False)
+    ]
+    assert run.sessions.users_recomputed == 5
+    assert pipeline.changes("run-3", user="merge") == [
+        ("added", "2026-01-10 10:00:00", 3),
+        ("removed", "2026-01-10 10:00:00", 1),
+        ("removed", "2026-01-10 10:50:00", 1),
+    ]
+    after = attributes("page")
+    assert (after.landing_page_url, after.referrer_host, after.utm_source, after.channel) == (
+        landing,
+        "google.de",
+        "ads",
+        "Paid Search",
+    )
+    assert (after.page_views, after.exit_page_url) == (3, "https://shop.example/cart")
+    assert [(s[1][11:16], s[4]) for s in sessions("between")] == [
+        ("08:00", 1),
+        ("10:00", 2),
+        ("12:00", 3),
+    ]
+    assert sessions("midnight") == [
+        ("midnight", "2026-01-10 23:50:00", "2026-01-11 00:30:00", 3, 1, False)
+    ]
+    assert sessions("pull") == [
+        ("pull", "2026-01-10 23:00:00", "2026-01-10 23:00:00", 1, 1, False),
+        ("pull", "2026-01-10 23:55:00", "2026-01-11 00:20:00", 2, 2, False),
+    ]
     pipeline.assert_equals_full_recompute()
