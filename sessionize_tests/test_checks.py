@@ -237,6 +237,21 @@ def test_a_partition_run_checks_its_partitions_and_a_check_run_alone_the_whole_t
     assert passed(tags=span, run_id=run_id)
 
 
+def _passed_in_run(job, *, run_id: str, first: date, last: date) -> bool:
+    """Whether the job's one check passes in the run `run_id` over the dates first..last."""
+    from dagster import instance_for_test
+
+    from sessionize_assets.partitions import RANGE_END, RANGE_START
+
+    span = {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
+    with instance_for_test() as instance:
+        result = job.execute_in_process(
+            instance=instance, raise_on_error=False, tags=span, run_id=run_id
+        )
+    (evaluation,) = result.get_asset_check_evaluations()
+    return evaluation.passed
+
+
 # A small run's writes are read on the driver, a large one's by Spark
 # (`Settings.driver_write_bytes`): the same checks, either way.
 PLACEMENTS = pytest.mark.parametrize("driver_write_bytes", [DEFAULT_DRIVER_WRITE_BYTES, 0])
@@ -366,10 +381,8 @@ def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
 ):
     """The ids a run added are looked up on every date the id index has a copy of them on:
     an id already in `events` on another date fails the run's check."""
-    from dagster import instance_for_test
 
     from sessionize_assets.lake.tables import EVENT_IDS, EVENTS
-    from sessionize_assets.partitions import RANGE_END, RANGE_START
 
     first, later = D, D + timedelta(days=3)
 
@@ -394,13 +407,7 @@ def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
         store.rewrite(
             EVENTS, add=lambda: events(event_id, later), commit_metadata={"dagster_run_id": run_id}
         )
-        span = {RANGE_START: later.isoformat(), RANGE_END: later.isoformat()}
-        with instance_for_test() as instance:
-            result = job.execute_in_process(
-                instance=instance, raise_on_error=False, tags=span, run_id=run_id
-            )
-        (evaluation,) = result.get_asset_check_evaluations()
-        return evaluation.passed
+        return _passed_in_run(job, run_id=run_id, first=later, last=later)
 
     assert passed_after("b")
     assert not passed_after("a")  # the run wrote `later` only; the other copy is on `first`
@@ -414,7 +421,6 @@ def test_every_line_accounted_in_a_run_counts_the_inputs_it_read_or_changed(spar
     from dagster import instance_for_test
 
     from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS, REJECTED_EVENTS
-    from sessionize_assets.partitions import RANGE_END, RANGE_START
     from sessionize_assets.pipeline.manifests import record_absorbed
     from sessionize_assets.transforms.validation import DEDUP
 
@@ -461,13 +467,7 @@ def test_every_line_accounted_in_a_run_counts_the_inputs_it_read_or_changed(spar
             commit(tags)
         absorbed = {day: {(day, batch): 0} for day, batch in read}
         record_absorbed(store, absorbed=absorbed, events_version=None, run_id=run_id, read=read)
-        span = {RANGE_START: far.isoformat(), RANGE_END: lost.isoformat()}
-        with instance_for_test() as instance:
-            result = job.execute_in_process(
-                instance=instance, raise_on_error=False, tags=span, run_id=run_id
-            )
-        (evaluation,) = result.get_asset_check_evaluations()
-        return evaluation.passed
+        return _passed_in_run(job, run_id=run_id, first=far, last=lost)
 
     def add(spec, frame):
         return lambda tags: store.rewrite(spec, add=lambda: frame, commit_metadata=tags)

@@ -34,6 +34,22 @@ def test_late_event_merges_two_sessions(pipeline, pair_placement):
     ]
 
 
+# The late first page event of the attributes case: an ad's landing page, from Google.
+AD_LANDING = "https://shop.example/sale?utm_source=ads&utm_medium=CPC"
+
+
+def _assert_landed_from_the_ad(session) -> None:
+    """The session's attributes once the ad's page event (AD_LANDING) came in late, before
+    the page and the cart it had."""
+    assert (session.landing_page_url, session.referrer_host, session.utm_source) == (
+        AD_LANDING,
+        "google.de",
+        "ads",
+    )
+    assert session.channel == "Paid Search"
+    assert (session.page_views, session.exit_page_url) == (3, "https://shop.example/cart")
+
+
 def page(url: str, referrer: str | None = None) -> dict:
     """A page view's message fields."""
     return {"type": "page", "properties": {"url": url, "referrer": referrer}}
@@ -42,7 +58,6 @@ def page(url: str, referrer: str | None = None) -> dict:
 def test_a_late_first_page_event_changes_the_landing_page_and_channel(pipeline):
     """SPEC §3b: the batch that delivers a session's new first page event gives the session
     that page's landing URL, referrer, campaign and channel."""
-    landing = "https://shop.example/sale?utm_source=ads&utm_medium=CPC"
     pipeline.land(
         day(0),
         [
@@ -55,16 +70,12 @@ def test_a_late_first_page_event_changes_the_landing_page_and_channel(pipeline):
     assert [(r.landing_page_url, r.referrer_host, r.channel) for r in before] == [
         ("https://shop.example/p", "t.co", "Organic Social")
     ]
-    pipeline.land(day(2), [("a", "u", "2026-01-10 10:00", page(landing, "https://www.google.de/"))])
+    pipeline.land(
+        day(2), [("a", "u", "2026-01-10 10:00", page(AD_LANDING, "https://www.google.de/"))]
+    )
     pipeline.process(day(2))
     (after,) = pipeline.store.read(SESSIONS).collect()
-    assert (after.landing_page_url, after.referrer_host, after.utm_source, after.channel) == (
-        landing,
-        "google.de",
-        "ads",
-        "Paid Search",
-    )
-    assert (after.page_views, after.exit_page_url) == (3, "https://shop.example/cart")
+    _assert_landed_from_the_ad(after)
     pipeline.assert_equals_full_recompute()
 
 
@@ -152,7 +163,6 @@ ON_DELTA_SPARK = pytest.mark.parametrize(
 
 @ON_DELTA_SPARK
 def test_the_five_cases_at_once_on_the_delta_spark_backend(pipeline: Pipeline):
-    landing = "https://shop.example/sale?utm_source=ads&utm_medium=CPC"
     pipeline.land(
         day(0),
         [
@@ -199,7 +209,7 @@ def test_the_five_cases_at_once_on_the_delta_spark_backend(pipeline: Pipeline):
         day(2),
         [
             ("merge-c", "merge", "2026-01-10 10:25"),
-            ("page-a", "page", "2026-01-10 10:00", page(landing, "https://www.google.de/")),
+            ("page-a", "page", "2026-01-10 10:00", page(AD_LANDING, "https://www.google.de/")),
             ("between-c", "between", "2026-01-10 10:00"),
             ("midnight-c", "midnight", "2026-01-11 00:10"),
             ("pull-c", "pull", "2026-01-10 23:55"),
@@ -217,13 +227,7 @@ def test_the_five_cases_at_once_on_the_delta_spark_backend(pipeline: Pipeline):
         ("removed", "2026-01-10 10:50:00", 1),
     ]
     after = attributes("page")
-    assert (after.landing_page_url, after.referrer_host, after.utm_source, after.channel) == (
-        landing,
-        "google.de",
-        "ads",
-        "Paid Search",
-    )
-    assert (after.page_views, after.exit_page_url) == (3, "https://shop.example/cart")
+    _assert_landed_from_the_ad(after)
     assert [(s[1][11:16], s[4]) for s in sessions("between")] == [
         ("08:00", 1),
         ("10:00", 2),
