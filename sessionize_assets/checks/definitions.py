@@ -121,6 +121,9 @@ SESSIONS_CHECKS = {
 }
 
 
+# The columns of the rows a small run added to `events` that its checks read on the driver:
+# the ids `unique_event_ids` looks up, the inputs `every_line_accounted` counts.
+ADDED_EVENT_COLUMNS = ["event_date", "event_id", "received_date"]
 # `unique_event_ids` looks the ids a run added up from the driver, as hash sets in the query
 # (one job over the id index's hashes, then the rows by key), up to this many: a daily batch's
 # (32,319 at the mid size of docs/benchmarks.md). More are looked up by Spark, which joins the
@@ -264,19 +267,27 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         """The events invariants: unique ids over every date, every line accounted for."""
         context, store, selected = step.context, step.store, step.selected
         writes = written(context, store, EVENTS)
+        # A small run's added rows, read on the driver once for both rules.
+        added = (
+            store.read_files_arrow(EVENTS, writes.added, columns=ADDED_EVENT_COLUMNS)
+            if writes and writes.added and writes.within(settings.driver_write_bytes)
+            else None
+        )
         rules: dict[str, Violations] = {}
         if "unique_event_ids" in selected:
             rules["unique_event_ids"] = duplicate_event_ids(
-                _events_with_ids_added(step, writes, driver_bytes=settings.driver_write_bytes)
+                _events_with_ids_added(step, writes, added=added)
                 if writes and writes.added
                 else store.read(EVENTS, partitions=covered_dates(context, [writes]))
             )
         if "every_line_accounted" in selected:
-            rules["every_line_accounted"] = unaccounted_lines(*_accounted_rows(step, writes))
+            rules["every_line_accounted"] = unaccounted_lines(
+                *_accounted_rows(step, writes, added=added)
+            )
         return rules
 
     def _accounted_rows(
-        step: CheckStep, writes: RunWrites | None
+        step: CheckStep, writes: RunWrites | None, *, added: pa.Table | None
     ) -> tuple[DataFrame, DataFrame, DataFrame]:
         """The raw rows, events and duplicate rejections `every_line_accounted` counts: of
         every input (batch, event date) the run read or changed the count of, when its
@@ -286,7 +297,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         dates = covered_dates(context, [writes])
         if dates is None:
             return store.read(RAW_EVENTS), store.read(EVENTS), store.read(REJECTED_EVENTS)
-        inputs = _inputs_counted(step, writes)
+        inputs = _inputs_counted(step, writes, added=added)
         if inputs is not None:
             batches = sorted({received for _, received in inputs})
             keep = pair_filter(
@@ -311,24 +322,34 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             store.read(REJECTED_EVENTS, partitions=batches).where(on_dates),
         )
 
-    def _inputs_counted(step: CheckStep, writes: RunWrites | None) -> set[InputKey] | None:
+    def _inputs_counted(
+        step: CheckStep, writes: RunWrites | None, *, added: pa.Table | None
+    ) -> set[InputKey] | None:
         """The inputs (event date, batch) whose count can have changed in this run: those it
         read, and those whose rows it added to or removed from `events`, or as duplicates
         from `rejected_events` (a displaced or promoted copy of another batch). Any other
         input holds what the runs before left, which their checks counted. None when the run
         does not name what it read, or wrote more than the driver reads."""
-        read = inputs_read(step.store, run_id=step.context.run.run_id)
-        rejected = written(step.context, step.store, REJECTED_EVENTS)
+        store = step.store
+        read = inputs_read(store, run_id=step.context.run.run_id)
+        rejected = written(step.context, store, REJECTED_EVENTS)
         limit = settings.driver_write_bytes
         if read is None or not all(w is None or w.within(limit) for w in (writes, rejected)):
             return None
         inputs = set(read)
         if writes is not None:
-            changed = counts_changed(step.store, EVENTS, writes, ["event_date", "received_date"])
-            inputs |= {(day, received) for day, received in changed}
+            columns = ["event_date", "received_date"]
+            if added is None:  # the run only removed rows
+                added = store.read_files_arrow(EVENTS, writes.added, columns=columns)
+            removed = store.read_files_arrow(EVENTS, writes.removed, columns=columns)
+            inputs |= counts_changed(added.select(columns), removed, columns)
         if rejected is not None:
             columns = ["event_date", "received_date", "origin"]
-            changed = counts_changed(step.store, REJECTED_EVENTS, rejected, columns)
+            changed = counts_changed(
+                store.read_files_arrow(REJECTED_EVENTS, rejected.added, columns=columns),
+                store.read_files_arrow(REJECTED_EVENTS, rejected.removed, columns=columns),
+                columns,
+            )
             inputs |= {(day, received) for day, received, origin in changed if origin == DEDUP}
         return inputs if len(inputs) <= PUSHED_KEYS_TOTAL else None
 
@@ -446,18 +467,19 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
     return [events_checks, sessions_checks]
 
 
-def _events_with_ids_added(step: CheckStep, writes: RunWrites, *, driver_bytes: int) -> DataFrame:
+def _events_with_ids_added(
+    step: CheckStep, writes: RunWrites, *, added: pa.Table | None
+) -> DataFrame:
     """The `events` rows of every copy of the ids a run added, on whatever date the id index
     says they are, found by id.
 
-    A small run's ids (files within `driver_bytes`, at most DRIVER_LOOKED_UP_IDS ids) are read
-    on the driver and looked up in the index by hash there too (`copy_dates`, no Spark job):
-    the rows are then read by key in the rules' job. A large run's are looked up by Spark.
+    A small run's ids (`added`, its rows read on the driver, at most DRIVER_LOOKED_UP_IDS ids)
+    are looked up in the index by hash there too (`copy_dates`, no Spark job): the rows are
+    then read by key in the rules' job. A large run's are looked up by Spark.
     """
     store = step.store
     columns = ["event_date", "event_id"]
-    if writes.within(driver_bytes):
-        added = store.read_files_arrow(EVENTS, writes.added, columns=columns)
+    if added is not None:
         ids = added.column("event_id").to_pylist()
         if len(set(ids)) <= DRIVER_LOOKED_UP_IDS:
             wanted = copy_dates(store, ids)

@@ -163,22 +163,19 @@ def changed_rows(
     return rows_less(added, removed)
 
 
-def counts_changed(
-    store: DeltaStore, spec: TableSpec, writes: RunWrites, columns: Sequence[str]
-) -> set[tuple]:
-    """The values of `columns` that the rows of the files a run added and of those it
-    removed hold a different number of times: where a count by them can have changed (a file
-    rewritten with its other rows copied over changes no count of theirs). Read on the driver,
-    for a run whose files `RunWrites.within` the driver's limit."""
+def counts_changed(added: pa.Table, removed: pa.Table, columns: Sequence[str]) -> set[tuple]:
+    """The values of `columns` that the rows of the files a run `added` and of those it
+    `removed` (read on the driver) hold a different number of times: where a count by them can
+    have changed (a file rewritten with its other rows copied over changes no count of
+    theirs)."""
 
-    def counts(paths: Sequence[str]) -> dict[tuple, int]:
-        rows = store.read_files_arrow(spec, paths, columns=columns)
+    def counts(rows: pa.Table) -> dict[tuple, int]:
         grouped = rows.group_by(list(columns)).aggregate([([], "count_all")])
         keys = zip(*(grouped.column(name).to_pylist() for name in columns), strict=True)
         return dict(zip(keys, grouped.column("count_all").to_pylist(), strict=True))
 
-    added, removed = counts(writes.added), counts(writes.removed)
-    return {key for key in added.keys() | removed.keys() if added.get(key) != removed.get(key)}
+    before, after = counts(removed), counts(added)
+    return {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
 
 
 def rows_less(rows: pa.Table, less: pa.Table) -> pa.Table:

@@ -54,7 +54,7 @@ def rewritten(
     relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
     extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
     dropped = None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
-    if changed_pairs is not None and len(dropped or ()) <= PUSHED_KEYS_TOTAL:
+    if changed_pairs is not None and dropped is not None and len(dropped) <= PUSHED_KEYS_TOTAL:
         new_rows = sessions.where(_pair_filter(changed_pairs))
         new_rows = new_rows if extra is None else new_rows.unionByName(extra)
         return Rewrite(new_rows=new_rows, dropped=dropped, drop_keys=None)
