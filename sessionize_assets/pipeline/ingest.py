@@ -30,6 +30,7 @@ from sessionize_assets.transforms.validation import (
     REASONS,
     mark_erased,
     parse_lines,
+    rank_copies,
     split_batch,
     without_erased,
 )
@@ -109,26 +110,27 @@ def ingest_batches(
         ),
         erased_keys(store),
     )
-    # Parsed once (Python), read by each commit: on disk, not in the driver's heap, which a
-    # backlog's lines outgrow (the OS's page cache keeps a small batch's in memory anyway).
-    parsed = (without_erased(marked) if erasing else marked).persist(StorageLevel.DISK_ONLY)
+    parsed = without_erased(marked) if erasing else marked
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
+    on_driver = store.writes_on_driver(lines)
+    if on_driver and text_bytes is not None:
+        # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
+        parsed = spread_for_collect(
+            parsed,
+            text_bytes,
+            per_partition=COLLECTED_TEXT_PER_PARTITION,
+            keys=("received_date", "message_id"),
+        )
+    # Parsed (Python) and ranked (a shuffle of every column) once, read by each commit: on
+    # disk, not in the driver's heap, which a backlog's lines outgrow (the OS's page cache
+    # keeps a small batch's in memory anyway).
+    ranked = rank_copies(parsed).persist(StorageLevel.DISK_ONLY)
     try:
-        on_driver = store.writes_on_driver(lines)
-        batch = parsed
-        if on_driver and text_bytes is not None:
-            # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
-            batch = spread_for_collect(
-                parsed,
-                text_bytes,
-                per_partition=COLLECTED_TEXT_PER_PARTITION,
-                keys=("received_date", "message_id"),
-            )
-        accepted, rejected = split_batch(batch)
+        accepted, rejected = split_batch(ranked)
         commit = _commit_on_driver if on_driver else _commit_with_spark
         written = commit(store, accepted, rejected, days=days, tags=tags, keep_erased=erasing)
     finally:
-        parsed.unpersist()
+        ranked.unpersist()
     raw = written.raw
     before = indexed_event_dates(store, days)
     index_rows = [

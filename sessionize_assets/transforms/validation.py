@@ -389,21 +389,35 @@ def without_erased(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("reason").isNull() | (F.col("reason") != ERASED))
 
 
-def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Accepted events and rejections of each batch, with in-batch duplicates rejected.
+# The rank of a valid line among its batch's copies of its messageId (1 is the copy kept);
+# null for a line rejected before the duplicate rule.
+COPY_RANK = "_copy_rank"
 
-    Among valid copies of a messageId the earliest `received_at` wins; ties fall to the
-    source file and then the line text, so the choice never depends on read order.
+
+def rank_copies(parsed: DataFrame) -> DataFrame:
+    """`parsed` with COPY_RANK: among the valid copies of a messageId in one batch, the
+    earliest `received_at` is 1; ties fall to the source file and then the line text, so the
+    rank never depends on read order.
+
+    One window, partitioned by (received_date, message_id) and validity: input already
+    hash-partitioned by (received_date, message_id) (`spread_for_collect`) is not shuffled
+    again. A caller that reads the result more than once persists it, so the copies are
+    shuffled and ranked once (`pipeline/ingest.py`).
     """
-    valid = parsed.where(F.col("reason").isNull())
+    valid = F.col("reason").isNull()
     rank = F.row_number().over(
-        Window.partitionBy("received_date", "message_id").orderBy(
+        Window.partitionBy("received_date", "message_id", valid).orderBy(
             "received_at", "source_file", "raw_line"
         )
     )
-    ranked = valid.withColumn("_rank", rank)
-    accepted = ranked.where(F.col("_rank") == 1).drop("_rank", "reason", "detail", "raw_bytes")
-    duplicates = ranked.where(F.col("_rank") > 1).select(
+    return parsed.withColumn(COPY_RANK, F.when(valid, rank))
+
+
+def split_batch(ranked: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Accepted events and rejections of each batch (`rank_copies`' output), with the
+    in-batch duplicates (a COPY_RANK over 1) rejected."""
+    accepted = ranked.where(F.col(COPY_RANK) == 1).drop(COPY_RANK, "reason", "detail", "raw_bytes")
+    duplicates = ranked.where(F.col(COPY_RANK) > 1).select(
         "raw_line",
         F.lit(DUPLICATE).alias("reason"),
         F.lit("another copy of this messageId in the same batch was received first").alias(
@@ -414,7 +428,7 @@ def split_batch(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
         "source_file",
         "raw_bytes",
     )
-    invalid = parsed.where(F.col("reason").isNotNull()).select(
+    invalid = ranked.where(F.col("reason").isNotNull()).select(
         "raw_line", "reason", "detail", "message_id", "received_date", "source_file", "raw_bytes"
     )
     rejected = invalid.unionByName(duplicates).select(

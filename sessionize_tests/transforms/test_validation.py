@@ -23,6 +23,7 @@ from sessionize_assets.transforms.validation import (
     parse_iso_timestamp,
     parse_line,
     parse_lines,
+    rank_copies,
     split_batch,
 )
 
@@ -172,7 +173,7 @@ def test_spark_parse_and_in_batch_duplicates(spark):
         "raw_line string, received_date date, source_file string",
     )
     parsed = parse_lines(df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=10_000)
-    accepted, rejected = split_batch(parsed)
+    accepted, rejected = split_batch(rank_copies(parsed))
 
     got = {r.message_id: r for r in accepted.collect()}
     assert set(got) == {"m1", "m2"}
@@ -193,7 +194,7 @@ def _parse_bytes(spark, lines: list[bytes], *, max_line_bytes: int):
     parsed = parse_lines(
         df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=max_line_bytes
     )
-    return split_batch(parsed)
+    return split_batch(rank_copies(parsed))
 
 
 def test_a_line_that_is_not_utf8_is_rejected_with_its_exact_bytes(spark):
@@ -250,7 +251,9 @@ def test_spark_parse_carries_each_events_attribute_values(spark):
         "raw_line string, received_date date, source_file string",
     )
     accepted, _ = split_batch(
-        parse_lines(df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=10_000)
+        rank_copies(
+            parse_lines(df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=10_000)
+        )
     )
     got = {r.message_id: r.asDict(recursive=True) for r in accepted.collect()}
     url = "https://www.Shop.example/p?utm_source=a+b&utm_medium=CPC"
