@@ -41,6 +41,11 @@ from sessionize_assets.transforms.validation import (
 # (a day of 127 MB of text in 16.3 MB of gzip, in the two shuffle partitions): a quarter of
 # that leaves room for the driver's other work.
 COLLECTED_TEXT_PER_PARTITION = 16 << 20
+# The most text one partition holds when a large batch's copies are ranked by Spark's
+# executors (`rank_copies` sorts each partition's parsed rows, about twice their text). In
+# local mode a shuffle makes one partition per core: a backlog of 59 days (737 MB of text)
+# sorted about 320 MB a task with the default 1 GB driver and spilled 656 MB to disk.
+RANKED_TEXT_PER_PARTITION = 64 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,12 +118,12 @@ def ingest_batches(
     parsed = without_erased(marked) if erasing else marked
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     on_driver = store.writes_on_driver(lines)
-    if on_driver and text_bytes is not None:
+    if text_bytes is not None:
         # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
         parsed = spread_for_collect(
             parsed,
             text_bytes,
-            per_partition=COLLECTED_TEXT_PER_PARTITION,
+            per_partition=COLLECTED_TEXT_PER_PARTITION if on_driver else RANKED_TEXT_PER_PARTITION,
             keys=("received_date", "message_id"),
         )
     # Parsed (Python) and ranked (a shuffle of every column) once, read by each commit: on

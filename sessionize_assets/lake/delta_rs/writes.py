@@ -49,7 +49,7 @@ from sessionize_assets.lake.delta_rs.log_files import (
 from sessionize_assets.lake.delta_rs.reads import DeltaRsReads
 from sessionize_assets.lake.maintenance import STAGING_DIR
 from sessionize_assets.lake.parquet_files import FILE_COLUMN, read_files, stage_arrow
-from sessionize_assets.lake.placement import spread_for_collect
+from sessionize_assets.lake.placement import laid_out, spread_for_collect
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
@@ -384,11 +384,9 @@ class DeltaRsTables(DeltaRsReads, ABC):
                 schema = to_arrow_schema(spec.schema)
                 rows = spread_for_collect(df, size).toArrow()
                 return stage_arrow(spec, rows.select(schema.names).cast(schema), staging)
-            # One task per partition value, sorted: its files are consecutive ranges of
-            # sort_by (split every file_rows rows), not one file per upstream task.
+            # Files split every file_rows rows, not one file per upstream task.
             (
-                df.repartition(spec.partition_by)
-                .sortWithinPartitions(spec.partition_by, *spec.sort_by)
+                laid_out(spec, df)
                 .write.options(**parquet_options(spec))
                 .option("maxRecordsPerFile", spec.file_rows or MAX_ROWS_PER_FILE)
                 .partitionBy(spec.partition_by)

@@ -45,11 +45,6 @@ class DeltaConflict(WriteConflictError):
     """Delta's conflict detection failed the commit (not the check of a read version)."""
 
 
-def laid_out(spec: TableSpec, df: DataFrame) -> DataFrame:
-    """One task per partition value, sorted: its files are consecutive ranges of `sort_by`."""
-    return df.repartition(spec.partition_by).sortWithinPartitions(spec.partition_by, *spec.sort_by)
-
-
 def merge_source_and_condition(
     spec: TableSpec,
     new_rows: DataFrame,

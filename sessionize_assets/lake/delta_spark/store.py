@@ -45,12 +45,12 @@ from sessionize_assets.lake.delta_spark.sql import (
     SOURCE_MATCH,
     SOURCE_PREFIX,
     DeltaConflict,
-    laid_out,
     merge_source_and_condition,
     partition_literals,
     partitions_predicate,
 )
 from sessionize_assets.lake.maintenance import MAINTENANCE_METADATA, checkpoint_and_report
+from sessionize_assets.lake.placement import laid_out
 from sessionize_assets.lake.store import (
     AppTransaction,
     CommitInfo,
