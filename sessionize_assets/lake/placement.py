@@ -30,7 +30,7 @@ COLLECTED_BYTES_PER_PARTITION = 8 << 20
 # A write by Spark's executors sorts each task's rows (`laid_out`). Past this much of Spark's
 # estimate (its inputs' bytes) a task, the partition values are spread over more tasks than the
 # shuffle's: in local mode a shuffle makes one partition per core, and the raw rows of a 59-day
-# backlog (737 MB of text) were sorted about 370 MB a task with the default 1 GB driver, and
+# backlog (737 MB of text) were sorted about 310 MB a task with the default 1 GB driver, and
 # spilled. At most WRITE_TASKS_AT_MOST tasks: the estimate of a plan above a join can be any
 # size, and each task costs its scheduling.
 ESTIMATED_BYTES_PER_WRITE_TASK = 32 << 20

@@ -103,7 +103,8 @@ def ingest_batches(
     over partitions of at most COLLECTED_TEXT_PER_PARTITION bytes of `text_bytes` (the files'
     text, gzip uncompressed, about ten times their size), so a gzipped batch fits the default
     1 GB driver whatever its text. None: as Spark partitions them (lines from the lake). A
-    larger batch is written by Spark's executors, partitioned as Spark's shuffle does.
+    larger batch is written by Spark's executors, its lines spread over partitions of at most
+    RANKED_TEXT_PER_PARTITION bytes of `text_bytes` for the ranking of their copies.
     """
     days = sorted(fingerprints)
     marked = mark_erased(
