@@ -746,3 +746,58 @@ def test_delta_spark_writes_are_delta_s_own_commits(spark, tmp_path):
     assert len(engines) == 5  # the table's creation and four writes
     assert all(e.startswith("Apache-Spark/") and "Delta-Lake/4.0" in e for e in engines), engines
     assert {r["id"]: r["rank"] for r in table_rows(store)} == {"c": 4, "d": 5}
+
+
+def _operations(store: DeltaSparkStore) -> list[str]:
+    return [
+        json.loads(line)["commitInfo"]["operation"]
+        for commit in sorted((store.path(SPEC).local_path() / "_delta_log").glob("*.json"))
+        for line in commit.read_text().splitlines()
+        if "commitInfo" in line
+    ]
+
+
+def test_a_delta_spark_rewrite_into_partitions_without_files_overwrites_them(spark, tmp_path):
+    """Nothing to drop where no file is: Delta's overwrite of the searched partitions, not a
+    MERGE. Its rows may lie outside them; the other partitions keep theirs."""
+    store = DeltaSparkStore(spark=spark, lake=tmp_path)
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    info = store.rewrite(
+        SPEC,
+        partitions=[D2],
+        drop=F.col("rank") >= 0,
+        add=lambda: frame(spark, rows(("b", D2, 2), ("c", D3, 3))),
+    )
+    assert (info.files_removed, info.rows_written, info.partitions) == (
+        0,
+        2,
+        ("2026-01-02", "2026-01-03"),
+    )
+    # Where a partition holds a file, the same call is a MERGE that drops its matching rows.
+    store.rewrite(SPEC, partitions=[D1, D2], drop=F.col("rank") == 2, add=lambda: frame(spark, []))
+    assert [r["id"] for r in table_rows(store)] == ["a", "c"]
+    assert _operations(store)[-3:] == ["WRITE", "WRITE", "MERGE"]
+
+
+def test_a_delta_spark_overwrite_that_met_a_racing_commit_says_so(spark, tmp_path, monkeypatch):
+    """A writer without the lake's lock commits into the searched partitions after the store
+    found them empty and before Delta's snapshot: the overwrite removed its rows, which the
+    MERGE would have kept, and the rewrite raises saying which partitions to rebuild."""
+    store = DeltaSparkStore(spark=spark, lake=tmp_path)
+    store.replace_partitions(SPEC, frame(spark, rows(("a", D1, 1))), partitions=[D1])
+    other = DeltaSparkStore(spark=spark, lake=tmp_path)
+    looked = store.live_files
+
+    def look_then_race(spec, *, partitions=None):
+        found = looked(spec, partitions=partitions)
+        other.replace_partitions(SPEC, frame(spark, rows(("z", D2, 9))), partitions=[D2])
+        return found
+
+    monkeypatch.setattr(store, "live_files", look_then_race)
+    with pytest.raises(WriteConflictError, match=r"replaced day \['2026-01-02'\].*rebuild"):
+        store.rewrite(
+            SPEC,
+            partitions=[D2],
+            drop=F.col("id") == "nothing",
+            add=lambda: frame(spark, rows(("b", D2, 2))),
+        )

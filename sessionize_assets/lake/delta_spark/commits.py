@@ -76,9 +76,10 @@ class DeltaSparkCommits(DeltaRsTables, ABC):
         commit_metadata: Mapping[str, str] | None,
         app_transaction: AppTransaction | None = None,
         read_version: int | None = None,
+        extra: Mapping[str, str] | None = None,
     ) -> CommitInfo:
-        """Run `operation` (one Delta write) with the commit's bookkeeping, and describe the
-        commit it made.
+        """Run `operation` (one Delta write) with the commit's bookkeeping (and the session
+        settings `extra`, for that write), and describe the commit it made.
 
         Before it starts, the commits since `read_version` are checked against the partitions
         it writes: `searched`, where it may change rows (None: any), and `added()`, those it
@@ -95,6 +96,7 @@ class DeltaSparkCommits(DeltaRsTables, ABC):
                 commit_metadata=commit_metadata,
                 app_transaction=app_transaction,
                 read_version=read_version,
+                extra=extra,
             )
 
     def _checked_write(
@@ -107,6 +109,7 @@ class DeltaSparkCommits(DeltaRsTables, ABC):
         commit_metadata: Mapping[str, str] | None,
         app_transaction: AppTransaction | None,
         read_version: int | None,
+        extra: Mapping[str, str] | None,
     ) -> CommitInfo:
         table = self._table(spec)
         assert table is not None, spec.name
@@ -122,7 +125,9 @@ class DeltaSparkCommits(DeltaRsTables, ABC):
         write_id = uuid.uuid4().hex
         metadata = {**(commit_metadata or {}), WRITE_ID: write_id}
         try:
-            with self._settings(spec, metadata=metadata, app_transaction=app_transaction):
+            with self._settings(
+                spec, metadata=metadata, app_transaction=app_transaction, extra=extra
+            ):
                 operation()
         except Exception as exc:
             raise lake_error(spec, exc) from exc
