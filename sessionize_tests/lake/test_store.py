@@ -721,6 +721,16 @@ def test_an_app_transaction_must_move_its_version_up(spark, store):
     assert [r["id"] for r in table_rows(store)] == ["a"]
 
 
+def _commit_infos(store: DeltaSparkStore) -> list[dict]:
+    """The `commitInfo` of each commit of SPEC's table, oldest first."""
+    return [
+        json.loads(line)["commitInfo"]
+        for commit in sorted((store.path(SPEC).local_path() / "_delta_log").glob("*.json"))
+        for line in commit.read_text().splitlines()
+        if "commitInfo" in line
+    ]
+
+
 def test_delta_spark_writes_are_delta_s_own_commits(spark, tmp_path):
     """Every commit of a table the delta-spark backend writes from Spark is Delta Spark's
     (its engineInfo), and delta-rs reads the result."""
@@ -737,24 +747,10 @@ def test_delta_spark_writes_are_delta_s_own_commits(spark, tmp_path):
     )
     store.merge(SPEC, frame(spark, rows(("c", D3, 4), ("d", D1, 5))), keys=["id"])
 
-    engines = [
-        json.loads(line)["commitInfo"].get("engineInfo", "")
-        for commit in sorted((store.path(SPEC).local_path() / "_delta_log").glob("*.json"))
-        for line in commit.read_text().splitlines()
-        if "commitInfo" in line
-    ]
+    engines = [info.get("engineInfo", "") for info in _commit_infos(store)]
     assert len(engines) == 5  # the table's creation and four writes
     assert all(e.startswith("Apache-Spark/") and "Delta-Lake/4.0" in e for e in engines), engines
     assert {r["id"]: r["rank"] for r in table_rows(store)} == {"c": 4, "d": 5}
-
-
-def _operations(store: DeltaSparkStore) -> list[str]:
-    return [
-        json.loads(line)["commitInfo"]["operation"]
-        for commit in sorted((store.path(SPEC).local_path() / "_delta_log").glob("*.json"))
-        for line in commit.read_text().splitlines()
-        if "commitInfo" in line
-    ]
 
 
 def test_a_delta_spark_rewrite_into_partitions_without_files_overwrites_them(spark, tmp_path):
@@ -776,7 +772,7 @@ def test_a_delta_spark_rewrite_into_partitions_without_files_overwrites_them(spa
     # Where a partition holds a file, the same call is a MERGE that drops its matching rows.
     store.rewrite(SPEC, partitions=[D1, D2], drop=F.col("rank") == 2, add=lambda: frame(spark, []))
     assert [r["id"] for r in table_rows(store)] == ["a", "c"]
-    assert _operations(store)[-3:] == ["WRITE", "WRITE", "MERGE"]
+    assert [info["operation"] for info in _commit_infos(store)][-3:] == ["WRITE", "WRITE", "MERGE"]
 
 
 def test_a_delta_spark_overwrite_that_met_a_racing_commit_says_so(spark, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ nothing staged or renamed outside it:
 - `rewrite`: one `MERGE` whose source is the rows to add and markers of the rows to drop
   (`sql.merge_source_and_condition`); Delta rewrites the files holding dropped
   rows, with their other rows; a rewrite that drops nothing is an append, and one whose
-  partitions hold no file yet an overwrite of them (`_replace_empty`);
+  partitions hold no file yet an overwrite of them (`_drop_and_add`);
 - `merge`: a `MERGE` that updates the rows matching on the keys and inserts the others;
 - `maintain`: `OPTIMIZE` and `VACUUM`.
 
@@ -67,28 +67,18 @@ from sessionize_assets.lake.table_frames import align, merge_source
 log = logging.getLogger(__name__)
 
 _ATTEMPTS = 5  # of a rewrite that Delta's conflict detection fails
-# An overwrite's rows may lie outside its `replaceWhere` (`_replace_empty`).
+# A rewrite's overwrite of partitions without files may add rows outside its `replaceWhere`.
 _ROWS_ANYWHERE = {"spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"}
 
 
-def _replace_empty(
-    spec: TableSpec, new_rows: DataFrame, searched: Sequence[str]
-) -> DataFrameWriter:
-    """The write of a rewrite whose searched partitions hold no file: nothing to drop, so
-    the rows are appended, but as an overwrite of those partitions.
-
-    Why: a MERGE costs about 1.5 s of Delta's planning and jobs even then (it scans the target
-    and materializes its source; a 20-row table, the tests' settings), an append about 0.45 s,
-    the overwrite about 0.85 s. An append reads nothing, so Delta would not see a concurrent
-    commit to the partitions; the overwrite reads them, so such a commit after its snapshot
-    fails it as it would have failed the MERGE, and `rewrite` redoes it. Its rows may lie
-    outside the partitions (`_ROWS_ANYWHERE`): only the MERGE's drop is confined to them.
-    """
+def _overwrite(spec: TableSpec, rows: DataFrame, partitions: Sequence[str]) -> DataFrameWriter:
+    """Delta's overwrite of `partitions` (partition strings) with `rows`, laid out for the
+    table: `replace_partitions`, and a rewrite whose partitions hold no file."""
     return (
-        laid_out(spec, new_rows)
+        laid_out(spec, rows)
         .write.format("delta")
         .mode("overwrite")
-        .option("replaceWhere", partitions_predicate(spec, searched))
+        .option("replaceWhere", partitions_predicate(spec, partitions))
     )
 
 
@@ -157,12 +147,7 @@ class DeltaSparkStore(DeltaSparkCommits):
         targets = sorted({partition_string(p) for p in partitions})
         if not targets:
             return CommitInfo(table=spec.name, version=self.version(spec), partitions=())
-        writer = (
-            laid_out(spec, align(spec, df))
-            .write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", partitions_predicate(spec, targets))
-        )
+        writer = _overwrite(spec, align(spec, df), targets)
         return self._write(
             spec,
             lambda: writer.save(self._location(spec)),
@@ -256,20 +241,28 @@ class DeltaSparkStore(DeltaSparkCommits):
         app_transaction: AppTransaction | None,
         read_version: int | None,
     ) -> CommitInfo:
-        """One attempt of `rewrite`: a MERGE; an append when nothing is dropped; an overwrite
-        of the searched partitions (`_replace_empty`) when they hold no file."""
-        extra: Mapping[str, str] | None = None
+        """One attempt of `rewrite`: a MERGE; an append when nothing is dropped; when the
+        searched partitions hold no file, nothing is dropped either, but the rows are written
+        as an overwrite of those partitions.
+
+        Why: a MERGE costs about 1.5 s of Delta's planning and jobs even then (it scans the
+        target and materializes its source; a 20-row table, the tests' settings), an append
+        about 0.45 s, the overwrite about 0.85 s. An append reads nothing, so Delta would not
+        see a concurrent commit to the partitions; the overwrite reads them, so such a commit
+        after its snapshot fails it as it would have failed the MERGE, and `rewrite` redoes
+        it. Its rows may lie outside the partitions (`_ROWS_ANYWHERE`): only the MERGE's drop
+        is confined to them."""
+        plain: DataFrameWriter | None = None
+        overwrites_empty = False
         if drop is None and drop_keys is None:
-            writer = laid_out(spec, new_rows).write.format("delta").mode("append")
-
-            def write() -> None:
-                writer.save(self._location(spec))
+            plain = laid_out(spec, new_rows).write.format("delta").mode("append")
         elif searched is not None and not self.live_files(spec, partitions=searched):
-            writer = _replace_empty(spec, new_rows, searched)
-            extra = _ROWS_ANYWHERE
+            plain, overwrites_empty = _overwrite(spec, new_rows, searched), True
+        if plain is not None:
+            save = plain.save
 
             def write() -> None:
-                writer.save(self._location(spec))
+                save(self._location(spec))
         else:
             source, condition = merge_source_and_condition(
                 spec, new_rows, drop, drop_keys, searched
@@ -300,9 +293,9 @@ class DeltaSparkStore(DeltaSparkCommits):
             commit_metadata=commit_metadata,
             app_transaction=app_transaction,
             read_version=read_version,
-            extra=extra,
+            extra=_ROWS_ANYWHERE if overwrites_empty else None,
         )
-        if extra is not None and info.files_removed:
+        if overwrites_empty and info.files_removed:
             # Files landed in the searched partitions between the look and Delta's snapshot
             # (a writer without the lake's writer lock, within milliseconds): the overwrite
             # removed their rows, which the MERGE would have kept unless they matched.
