@@ -7,7 +7,6 @@ batch by batch through Dagster runs, leave every table equal to the full recompu
 from __future__ import annotations
 
 import gzip
-import json
 from collections import Counter
 from datetime import date, timedelta
 
@@ -26,27 +25,14 @@ from sessionize_assets.assets.reports import CHANNEL_KEYS, SnapshotDayMetadata
 from sessionize_assets.definitions import LIFECYCLE_JOB
 from sessionize_assets.generator import ZoneSpec, append_day, generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.lake.tables import (
-    EVENT_IDS,
-    EVENTS,
-    RAW_EVENTS,
-    REJECTED_EVENTS,
-    SESSION_CHANGES,
-    SESSION_QUARANTINE,
-    SESSIONS,
-    USER_LIFECYCLE_SNAPSHOT,
-    USER_LIFECYCLE_STATE,
-)
+from sessionize_assets.lake.tables import EVENTS, SESSION_CHANGES
 from sessionize_assets.partitions import PARTITION_TAG, RANGE_END, RANGE_START, days_between
-from sessionize_assets.pipeline.stitching import RELABEL_COMMIT
 from sessionize_assets.replay.command import replay
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.full_recompute import (
     assert_tables_equal_the_full_recompute as assert_full_recompute,
 )
-from sessionize_tests.reference import (
-    reference_validate,
-)
+from sessionize_tests.reference import reference_validate
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -161,56 +147,6 @@ def test_an_at_once_replay_leaves_the_full_recompute_and_true_metadata(spark, tm
             instance, settings.lake_dir, "sessions", "session_date"
         )
     assert_tables_equal_the_full_recompute(settings, spark)
-
-
-# What the delta-spark backend writes with Delta's own operations, and what tells two replays'
-# tables apart though their content is the same: table versions and runs.
-SPARK_WRITTEN = (RAW_EVENTS, REJECTED_EVENTS, EVENT_IDS, EVENTS, SESSIONS, SESSION_QUARANTINE)
-RUN_COLUMNS = {"ingest_version", "commit_version", "run_id", "changed_at"}
-
-
-def test_a_delta_spark_replay_equals_the_embedded_one_and_the_full_recompute(
-    replayed, spark, tmp_path
-):
-    """SESSIONIZE_LAKE_BACKEND=delta-spark: the same zone, replayed batch by batch, leaves
-    tables equal to the full recompute and to the embedded backend's, row for row; every
-    commit of the tables written from Spark is Delta Spark's, and delta-rs reads them all."""
-    embedded, *_ = replayed
-    settings = make_settings(tmp_path, start_date=START, lake_backend="delta-spark")
-    generate_landing_zone(
-        ZoneSpec(out=settings.landing_dir, start=START, users=300, seed=11, late_share=0.05),
-        days=10,
-    )
-    with instance_for_test() as instance:
-        summary = replay(settings=settings, instance=instance, echo=lambda _: None)
-    assert summary.ok and len(summary.batches) == 10
-
-    assert_tables_equal_the_full_recompute(settings, spark)
-    for spec in (*SPARK_WRITTEN, SESSION_CHANGES, USER_LIFECYCLE_STATE, USER_LIFECYCLE_SNAPSHOT):
-        assert _content(settings.lake_dir / spec.name) == _content(embedded.lake_dir / spec.name), (
-            spec.name
-        )
-    for spec in (*SPARK_WRITTEN, SESSION_CHANGES):
-        engines = {
-            action["commitInfo"].get("engineInfo")
-            for commit in (settings.lake_dir / spec.name / "_delta_log").glob("*.json")
-            for action in map(json.loads, commit.read_text().splitlines())
-            # A relabel of stitched ids is a driver write (delta-rs), on either backend.
-            if "commitInfo" in action and not is_relabel(action["commitInfo"])
-        }
-        assert engines and all("Delta-Lake/4.0" in (e or "") for e in engines), (spec, engines)
-
-
-def is_relabel(commit_info: dict) -> bool:
-    return all(commit_info.get(key) == value for key, value in RELABEL_COMMIT.items())
-
-
-def _content(path) -> list[tuple]:
-    """A table's rows as delta-rs reads them, in order, without the columns that name table
-    versions and runs (the same content, written by other runs at other versions)."""
-    table = DeltaTable(str(path)).to_pyarrow_table()
-    keep = [name for name in table.column_names if name not in RUN_COLUMNS]
-    return sorted(tuple(map(str, row.values())) for row in table.select(keep).to_pylist())
 
 
 def _latest_metadata(instance, asset: str) -> dict[str, dict]:
@@ -340,7 +276,6 @@ def test_rebuild_from_raw_changes_nothing(replayed, spark):
     """`sessionize rebuild` over the replayed lake: every day recomputed, nothing corrected.
     It starts while another writer (the daemon's run, say) holds the lake: it waits for it,
     and says so."""
-    from sessionize_assets.lake.tables import SESSION_CHANGES
     from sessionize_assets.rebuild import rebuild
     from sessionize_tests.lake.test_writer_lock import hold_in_another_process, let_go
 
