@@ -114,21 +114,21 @@ def test_a_replay_with_the_lake_on_s3_equals_the_embedded_one_and_the_full_recom
             path = table_path(settings.lake, spec)
             assert str(path).startswith(f"s3a://{bucket}/lake/"), path
             assert DeltaTable(str(path)).version() >= 0, spec.name
-        for spec in SPARK_WRITTEN:
+        for spec in (*SPARK_WRITTEN, SESSION_CHANGES):
             path = table_path(settings.lake, spec)
             engines = {
                 action["commitInfo"].get("engineInfo")
                 for version in range(DeltaTable(str(path)).version() + 1)
                 for action in commit_actions(path, version) or []
                 # A relabel of stitched ids is a driver write (delta-rs), on either backend.
-                if "commitInfo" in action and not is_relabel(action["commitInfo"])
+                if "commitInfo" in action and not _is_relabel(action["commitInfo"])
             }
             assert engines and all("Delta-Lake/4.0" in (e or "") for e in engines), (spec, engines)
     local = [p.name for p in settings.lake_dir.rglob("*") if p.is_file()]
     assert not any(name.endswith((".parquet", ".json")) for name in local), local
 
 
-def is_relabel(commit_info: dict) -> bool:
+def _is_relabel(commit_info: dict) -> bool:
     return all(commit_info.get(key) == value for key, value in RELABEL_COMMIT.items())
 
 
