@@ -379,8 +379,9 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(
 def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
     spark, settings, store, driver_write_bytes
 ):
-    """The ids a run added are looked up on every date the id index has a copy of them on:
-    an id already in `events` on another date fails the run's check."""
+    """The ids a run added are looked up on every date the id index has a copy of them on (a
+    large run's check reads every id of `events`): an id already in `events` on another date
+    fails the run's check."""
 
     from sessionize_assets.lake.tables import EVENT_IDS, EVENTS
 
