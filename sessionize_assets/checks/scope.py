@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetCheckExecutionContext
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from sessionize_assets.lake.store import DeltaStore, TableSpec
@@ -35,7 +34,6 @@ from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import days_around, days_between
 from sessionize_assets.pipeline.keyed_reads import (
     PUSHED_KEYS_TOTAL,
-    isin_texts,
     keys_by_partition,
     pair_filter,
 )
@@ -115,7 +113,8 @@ def sessions_near(
     after: int,
 ) -> DataFrame | None:
     """The sessions of the users of (session_date, user_id) `pairs` on the days around those
-    dates, read from the files whose user range (log statistics) can hold them.
+    dates, read from the files whose user range (log statistics) can hold them; past
+    PUSHED_KEYS_TOTAL such (date, user) pairs, every session of those files (a superset).
 
     `pairs` is a frame, which a Spark job brings to the driver, or already there: the users
     of each date. None when there are more than KEYED_CHECK_PAIRS pairs: read the dates whole
@@ -138,18 +137,19 @@ def sessions_near(
         SESSIONS, column="user_id", values={d: sorted(u) for d, u in sorted(near.items())}
     )
     rows = store.read_files(SESSIONS, files)
-    looked_up = {user for found in by_date.values() for user in found}
-    if len(looked_up) <= PUSHED_KEYS_TOTAL:
-        # A hash set of the exact (date, user) pairs in the query, evaluated on each row read:
-        # no broadcast job. The files were chosen by their user range already; a `user_id IN`
-        # list pushed to the Parquet reader would be checked again file by file, which costs
-        # more than the hash set with thousands of users. Bounded by users as before: a user's
-        # pairs are its dates within reach.
-        wanted = [(day, user) for day, found in sorted(near.items()) for user in sorted(found)]
-        return rows.where(pair_filter(wanted, partition="session_date", key="user_id"))
-    if isinstance(pairs, Mapping):
-        return rows.where(isin_texts(F.col("user_id"), looked_up))
-    return rows.join(F.broadcast(pairs.select("user_id").distinct()), on="user_id", how="left_semi")
+    if sum(map(len, near.values())) > PUSHED_KEYS_TOTAL:
+        # More pairs than a hash set in the query is built for (`pair_filter`; a range run's,
+        # a backlog's: each text is built here and planned by Spark, about 40 us a pair): the
+        # files' rows whole. They are the looked-up users' files of those dates, so the rows
+        # are what is read anyway; the other users' sessions in them make a superset, which
+        # finds no overlap or quarantine mismatch the lake does not hold.
+        return rows
+    # A hash set of the exact (date, user) pairs in the query, evaluated on each row read: no
+    # broadcast job. The files were chosen by their user range already; a `user_id IN` list
+    # pushed to the Parquet reader would be checked again file by file, which costs more than
+    # the hash set with thousands of users.
+    wanted = [(day, user) for day, found in sorted(near.items()) for user in sorted(found)]
+    return rows.where(pair_filter(wanted, partition="session_date", key="user_id"))
 
 
 def changed_rows(
