@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from sessionize_assets.checks import definitions
 from sessionize_assets.checks.rules import (
     duplicate_event_ids,
     malformed_sessions,
@@ -375,15 +376,26 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(
     assert failed(harmless, add(EVENTS, events("a"))) == {"unique_event_ids"}
 
 
-@PLACEMENTS
+@pytest.mark.parametrize(
+    ("driver_write_bytes", "driver_looked_up_ids"),
+    [
+        (DEFAULT_DRIVER_WRITE_BYTES, definitions.DRIVER_LOOKED_UP_IDS),
+        (DEFAULT_DRIVER_WRITE_BYTES, 0),
+        (0, definitions.DRIVER_LOOKED_UP_IDS),
+    ],
+    ids=["ids-on-the-driver", "ids-looked-up-by-spark", "every-id-read"],
+)
 def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
-    spark, settings, store, driver_write_bytes
+    spark, settings, store, driver_write_bytes, driver_looked_up_ids, monkeypatch
 ):
-    """The ids a run added are looked up on every date the id index has a copy of them on (a
-    large run's check reads every id of `events`): an id already in `events` on another date
-    fails the run's check."""
+    """The ids a run added are looked up on every date the id index has a copy of them on,
+    from the driver or by Spark (past DRIVER_LOOKED_UP_IDS); a run whose files outgrow the
+    driver has every id of `events` read: an id already in `events` on another date fails the
+    run's check either way."""
 
     from sessionize_assets.lake.tables import EVENT_IDS, EVENTS
+
+    monkeypatch.setattr(definitions, "DRIVER_LOOKED_UP_IDS", driver_looked_up_ids)
 
     first, later = D, D + timedelta(days=3)
 

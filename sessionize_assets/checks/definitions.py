@@ -68,7 +68,7 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
 )
 from sessionize_assets.partitions import days_around
-from sessionize_assets.pipeline.event_ids import copy_dates
+from sessionize_assets.pipeline.event_ids import copies_of, copy_dates
 from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, pair_filter, read_by_keys
 from sessionize_assets.pipeline.manifests import (
     InputKey,
@@ -126,8 +126,9 @@ SESSIONS_CHECKS = {
 ADDED_EVENT_COLUMNS = ["event_date", "event_id", "received_date"]
 # `unique_event_ids` looks the ids a run added up from the driver, as hash sets in the query
 # (one job over the id index's hashes, then the rows by key), up to this many: a daily batch's
-# (32,319 at the mid size of docs/benchmarks.md). Past them (a range run, a rebuild) every id
-# of `events` is checked, read by Spark. The files' bytes bound them too.
+# (32,319 at the mid size of docs/benchmarks.md). More are looked up by Spark, which joins the
+# whole id index with them; a run whose files outgrow the driver (a range run, a backlog) has
+# every id of `events` checked instead (`_events_with_ids_added`).
 DRIVER_LOOKED_UP_IDS = 100_000
 
 
@@ -471,23 +472,29 @@ def _events_with_ids_added(
     step: CheckStep, writes: RunWrites, *, added: pa.Table | None
 ) -> DataFrame:
     """The `events` rows of every copy of the ids a run added, on whatever date the id index
-    says they are, found by id; for a large run, every row of `events`.
+    says they are, found by id; for a run whose files outgrow the driver, every row of
+    `events`.
 
     A small run's ids (`added`, its rows read on the driver, at most DRIVER_LOOKED_UP_IDS ids)
     are looked up in the index by hash there too (`copy_dates`, no Spark job): the rows are
-    then read by key in the rules' job. A large run's (a backlog, a rebuild, a large
-    re-delivery) are not looked up: finding their copies would read every hash of the id index
-    and then the ids of every date holding one (ids follow no file's order, so each row group
-    holds some), in a Spark job of its own. Every id of `events`, read whole in the rules' job,
+    then read by key in the rules' job. More ids whose rows still fit the driver (a daily batch
+    of a large zone) are looked up by Spark. A run whose files do not fit (a backlog, a large
+    re-delivery) is not looked up: finding its copies would read every hash of the id index and
+    then the ids of every date holding one (ids follow no file's order, so each row group holds
+    some), in Spark jobs of their own. Every id of `events`, read whole in the rules' job,
     costs about that read alone, and checks a superset.
     """
     store = step.store
     columns = ["event_date", "event_id"]
-    if added is not None:
-        ids = added.column("event_id").to_pylist()
-        if len(set(ids)) <= DRIVER_LOOKED_UP_IDS:
-            wanted = copy_dates(store, ids)
-            for day, event_id in zip(added.column("event_date").to_pylist(), ids, strict=True):
-                wanted.setdefault(day, set()).add(event_id)
-            return read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=columns).rows
-    return store.read(EVENTS).select(*columns)
+    if added is None:
+        return store.read(EVENTS).select(*columns)
+    ids = added.column("event_id").to_pylist()
+    if len(set(ids)) <= DRIVER_LOOKED_UP_IDS:
+        wanted = copy_dates(store, ids)
+        for day, event_id in zip(added.column("event_date").to_pylist(), ids, strict=True):
+            wanted.setdefault(day, set()).add(event_id)
+        return read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=columns).rows
+    added_rows = step.cache(store.read_files(EVENTS, writes.added).select(*columns))
+    copies = copies_of(store, added_rows).rows.select(*columns)
+    wanted_rows = step.cache(copies.unionByName(added_rows).distinct())
+    return read_by_keys(store, EVENTS, wanted=wanted_rows, key="event_id", columns=columns).rows
