@@ -137,17 +137,24 @@ def read_by_keys(
     )
 
 
-def isin_texts(column: Column, texts: Collection[str | date]) -> Column:
-    """`column.isin(texts)`, built with a fixed number of driver round trips for texts (other
-    values, such as dates, go as `isin`'s literals).
+def isin_texts(column: Column, texts: Collection[str | int | date]) -> Column:
+    """`column.isin(texts)`, built with a fixed number of driver round trips for texts and
+    integers (other values, such as dates, go as `isin`'s literals).
 
     PySpark sends each literal of an IN list to the JVM on its own, four py4j round trips
     apiece: 20,000 keys cost seconds before the query even starts. From JVM_LIST_FROM texts on
     (and when a separator can join them), the texts travel as one string that the JVM splits
     and hands to `Column.isInCollection`: the same `In` expression, which the optimizer turns
-    into the same hash set. Spark Connect puts the list in its plan message: `isin` there.
+    into the same hash set. Integers (the id index's hashes) go the same way, as their decimal
+    text matched against the column's: a hash set of strings, where Parquet could not skip a
+    row group for thousands of random values anyway. Spark Connect puts the list in its plan
+    message: `isin` there.
     """
     values = sorted(set(texts))
+    if len(values) >= JVM_LIST_FROM and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in values
+    ):
+        column, values = column.cast("string"), sorted(str(v) for v in values)
     strings = [v for v in values if isinstance(v, str)]
     context = SparkContext._active_spark_context
     java = getattr(column, "_jc", None)  # None on Spark Connect, which has no JVM here

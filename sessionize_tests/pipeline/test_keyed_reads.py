@@ -83,6 +83,23 @@ def test_read_by_keys_with_nothing_wanted_is_empty(spark, store):
     assert found.rows.count() == 0 and found.searched == [] and found.scanned == []
 
 
+def test_isin_texts_matches_integers_as_their_text(spark, monkeypatch):
+    """Integers (the id index's hashes, negative ones too) go to the JVM as one text, matched
+    against the column's text: the rows `isin` finds, built without a literal per call."""
+    wanted = [-(2**63), -17, 0, 5, 2**63 - 1, *range(100, 100 + keyed_reads.JVM_LIST_FROM)]
+    rows = spark.createDataFrame([(v,) for v in [*wanted, -5, 17, 99]], "h long")
+    column = F.col("h")
+    expected = sorted(r.h for r in rows.where(column.isin(wanted)).collect())
+
+    def literal_by_literal(self, *values):
+        raise AssertionError("built literal by literal")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(column), "isin", literal_by_literal)
+        built = keyed_reads.isin_texts(column, wanted)
+    assert sorted(r.h for r in rows.where(built).collect()) == expected == sorted(wanted)
+
+
 def test_isin_texts_is_the_same_in_list_whatever_the_texts(spark, monkeypatch):
     tricky = ["", " padded ", "a.b|c*", "quote'd", 'dq"', "back\\slash", "é ü 中", "unit\x1fsep"]
     texts = tricky + [f"k{i:04d}" for i in range(keyed_reads.JVM_LIST_FROM * 2)]
