@@ -46,7 +46,9 @@ JVM_CLASS_ARCHIVE = DELTA_JARS_DIR.parent / "spark-driver.jsa"
 # rows it only adds a planning round and a job per shuffle stage. The serial collector spares
 # the other test process the concurrent GC threads. No Spark UI: the `sessionize` and `dagster
 # dev` processes the tests start would each serve one nobody reads. Results depend on none of
-# these; the Spark cluster test runs with the production settings and compares with these.
+# these; the Spark cluster test runs with the production Spark settings (its JVMs compile as
+# these do) and compares with these.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -54,7 +56,7 @@ TEST_SPARK_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.enabled": "false",
-    DRIVER_OPTIONS: DEFAULT_CONF[DRIVER_OPTIONS] + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    DRIVER_OPTIONS: f"{DEFAULT_CONF[DRIVER_OPTIONS]} {TEST_JVM_OPTIONS}",
 }
 
 

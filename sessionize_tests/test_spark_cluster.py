@@ -27,8 +27,14 @@ from deltalake import DeltaTable
 
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.replay.command import replay
+from sessionize_assets.resources.spark import DEFAULT_CONF, DRIVER_OPTIONS, EXECUTOR_OPTIONS
 from sessionize_assets.settings import LAKE_BACKENDS
-from sessionize_tests.conftest import DELTA_JARS_DIR, make_settings, run_sessionize
+from sessionize_tests.conftest import (
+    DELTA_JARS_DIR,
+    TEST_JVM_OPTIONS,
+    make_settings,
+    run_sessionize,
+)
 from sessionize_tests.dev_server import free_port
 
 # Minutes of end-to-end runs: started first (conftest.py).
@@ -55,7 +61,11 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+            env={
+                **os.environ,
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,
+            },
         )
 
 
@@ -159,6 +169,15 @@ def test_replay_on_a_standalone_cluster_equals_local_mode(
             [
                 "spark.ui.enabled=false",
                 "spark.executor.memory=1g",
+                # Its JVMs compile and collect as the tests' own (`TEST_JVM_OPTIONS`: the C1
+                # compiler alone, the serial collector; so do the master's and the worker's);
+                # Spark's settings stay production's (code generation on). No result depends
+                # on the JIT's tier, and a replay of a few batches is too short for C2's
+                # compilations to pay for the core they take: the module took 246 s with the
+                # JVMs' defaults and 178 s with these, run alone (the delta-spark replay 111 s
+                # -> 79 s, the embedded one 80 s -> 55 s).
+                f"{DRIVER_OPTIONS}={DEFAULT_CONF[DRIVER_OPTIONS]} {TEST_JVM_OPTIONS}",
+                f"{EXECUTOR_OPTIONS}={DEFAULT_CONF[EXECUTOR_OPTIONS]} {TEST_JVM_OPTIONS}",
                 # One shuffle partition per core of the test's worker, as local mode runs on
                 # its cores: the cluster default (8) runs each shuffle stage in four waves of
                 # tiny tasks (run alone, the delta-spark replay took 169 s instead of 141 s;

@@ -33,9 +33,11 @@ REQUIRED_CONF = {
 }
 # The driver JVM's options: the time zone, and the class archive (`class_archive_options`).
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+# The executors' JVM options (the time zone).
+EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
 DEFAULT_CONF = {
     DRIVER_OPTIONS: "-Duser.timezone=UTC",
-    "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    EXECUTOR_OPTIONS: "-Duser.timezone=UTC",
     # Daily partitions are small; 200 shuffle partitions would mostly schedule empty tasks.
     # In local mode: one per core (`local_cores`).
     "spark.sql.shuffle.partitions": "8",
