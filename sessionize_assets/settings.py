@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
+from sessionize_assets.transforms.completeness import Lateness
 
 DEFAULT_START_DATE = date(2026, 1, 1)
 # A longer landing line is rejected as line_too_long (kept whole in rejected_events).
@@ -21,6 +22,13 @@ DEFAULT_MAX_LINE_BYTES = 1 << 20
 # Table maintenance runs daily at 03:00 UTC; "off" in the environment leaves it stopped.
 DEFAULT_MAINTENANCE_CRON = "0 3 * * *"
 DEFAULT_CONVERSION_EVENTS = ("Order Completed",)
+# SPEC §9: the grace period is learned from the dates 28 to 55 days old, as the smallest lag
+# by which 99% of their events had arrived.
+DEFAULT_LATENESS_HORIZON_DAYS = 28
+DEFAULT_LATENESS_WINDOW_DAYS = 28
+DEFAULT_COMPLETENESS_TARGET = 0.99
+# Yesterday's daily_sessions partition is due by 06:00 UTC (a cron in UTC).
+DEFAULT_FRESHNESS_DEADLINE = "0 6 * * *"
 
 
 # Where Delta commits are made (`resources/lake.py`): "embedded" (Spark writes Parquet, delta-rs
@@ -53,6 +61,13 @@ class Settings:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     # The `event` names of track calls that count as a session's conversions (SPEC §3b).
     conversion_events: tuple[str, ...] = DEFAULT_CONVERSION_EVENTS
+    # SPEC §9's H, W and q: how the grace period and each date's status are learned.
+    lateness_horizon_days: int = DEFAULT_LATENESS_HORIZON_DAYS
+    lateness_window_days: int = DEFAULT_LATENESS_WINDOW_DAYS
+    completeness_target: float = DEFAULT_COMPLETENESS_TARGET
+    # When a day's daily_sessions partition is due (cron, UTC): its freshness check fails
+    # while the day is past it and not materialized.
+    freshness_deadline: str = DEFAULT_FRESHNESS_DEADLINE
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     # The Spark Connect server that `sessionize dev` (`make ui`) and `sessionize spark-server`
@@ -136,6 +151,10 @@ class Settings:
                 "operations through Delta's Python API, which needs a Delta Connect server, and "
                 "Delta 4.0 publishes none (docs/spark-server.md): give it a local or cluster master"
             )
+        try:
+            self.lateness  # noqa: B018 (checks the three settings)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from exc
         if self.retention < timedelta(0):
             raise SettingsError(f"retention must be >= 0, got {self.retention}")
         if self.driver_write_bytes < 0:
@@ -145,6 +164,15 @@ class Settings:
     def lake(self) -> Location:
         """Where the tables live: `lake_uri`, or else `lake_dir`."""
         return Location.of(self.lake_uri or self.lake_dir)
+
+    @property
+    def lateness(self) -> Lateness:
+        """SPEC §9's H, W and q (`transforms/completeness.py`)."""
+        return Lateness(
+            horizon_days=self.lateness_horizon_days,
+            window_days=self.lateness_window_days,
+            target=self.completeness_target,
+        )
 
     @property
     def lake_on_s3(self) -> bool:
@@ -209,6 +237,18 @@ class Settings:
             max_line_bytes=read("SESSIONIZE_MAX_LINE_BYTES", int, defaults.max_line_bytes),
             conversion_events=read(
                 "SESSIONIZE_CONVERSION_EVENTS", _names, defaults.conversion_events
+            ),
+            lateness_horizon_days=read(
+                "SESSIONIZE_LATENESS_HORIZON_DAYS", int, defaults.lateness_horizon_days
+            ),
+            lateness_window_days=read(
+                "SESSIONIZE_LATENESS_WINDOW_DAYS", int, defaults.lateness_window_days
+            ),
+            completeness_target=read(
+                "SESSIONIZE_COMPLETENESS_TARGET", float, defaults.completeness_target
+            ),
+            freshness_deadline=read(
+                "SESSIONIZE_FRESHNESS_DEADLINE", str, defaults.freshness_deadline
             ),
             spark_master=read("SESSIONIZE_SPARK_MASTER", str, defaults.spark_master),
             spark_conf=spark_conf,

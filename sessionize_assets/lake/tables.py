@@ -341,6 +341,64 @@ USER_LIFECYCLE_SNAPSHOT = TableSpec(
     schema=SNAPSHOT_SCHEMA,
 )
 
+# SPEC §9: the arrival curve, the accepted events of each event date by how many days after it
+# they were received. Rewritten for the event dates whose `events` a run changed.
+ARRIVALS = TableSpec(
+    name="arrivals",
+    partition_by="event_date",
+    sort_by=("lag_days",),
+    description="Accepted events by event date and lag in days (received_date - event_date).",
+    schema=_fields(
+        ("event_date", DateType(), False, "the event date"),
+        ("lag_days", IntegerType(), False, "received_date - event_date of its events rows"),
+        ("events", LongType(), False, "accepted events of that date with that lag"),
+    ),
+)
+
+# SPEC §9: what analysts report from, a few rows a date, with how final the date is.
+DAILY_SESSIONS = TableSpec(
+    name="daily_sessions",
+    partition_by="session_date",
+    sort_by=("channel",),
+    description=(
+        "Per session date, its sessions by channel and for (all), and how final the date is "
+        "(status, expected_completeness: SPEC §9)."
+    ),
+    schema=_fields(
+        ("session_date", DateType(), False, "the sessions' date"),
+        ("channel", StringType(), True, "a channel with a session that day, or (all)"),
+        ("sessions", LongType(), False, "sessions, quarantined ones included"),
+        ("users", LongType(), False, "distinct stitched_user_id"),
+        ("engaged_sessions", LongType(), False, "sessions with is_engaged"),
+        ("converting_sessions", LongType(), False, "sessions with a conversion"),
+        ("page_views", LongType(), True, "their page views (null: none recorded)"),
+        ("conversions", LongType(), True, "their conversions (null: none recorded)"),
+        ("duration_seconds", DoubleType(), False, "their durations, summed"),
+        ("quarantined_sessions", LongType(), False, "sessions with is_quarantined"),
+        ("status", StringType(), False, "complete or provisional: the date's (SPEC §9)"),
+        (
+            "expected_completeness",
+            DoubleType(),
+            False,
+            "F(R - date): the share of its events expected to have arrived",
+        ),
+    ),
+)
+
+# Per session date, which `sessions` files its daily_sessions rows were computed from: a date
+# whose files changed since (a late event, a relabel, an erasure) is behind.
+DAILY_SESSIONS_MANIFEST = TableSpec(
+    name="daily_sessions_manifest",
+    partition_by="partition_date",
+    description="Per daily_sessions partition, the sessions files it was computed from.",
+    schema=_fields(
+        ("partition_date", DateType(), False, "the daily_sessions partition"),
+        ("sessions_files", StringType(), False, "SHA-256 of its sessions partition's file names"),
+        ("run_id", StringType(), True, "the Dagster run that computed it"),
+        ("processed_at", TimestampType(), False, "when"),
+    ),
+)
+
 # SPEC §8: one row per erased key, as its salted hash (transforms/erased.py), never the key.
 # Read on the driver by every ingestion (an erased key's lines are rejected) and erasure.
 ERASURES = TableSpec(
@@ -388,5 +446,8 @@ ALL_TABLES = (
     SESSION_CHANGES,
     USER_LIFECYCLE_STATE,
     USER_LIFECYCLE_SNAPSHOT,
+    ARRIVALS,
+    DAILY_SESSIONS_MANIFEST,
+    DAILY_SESSIONS,
     ERASURES,
 )
