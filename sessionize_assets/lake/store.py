@@ -316,6 +316,13 @@ class DeltaStore(Protocol):
         """Rows per partition value, from the Delta log's statistics."""
         ...
 
+    def partition_files(
+        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    ) -> dict[str, list[str]]:
+        """Per partition value, its live data files (relative paths, sorted), from the log:
+        a partition's rows can only have changed if this list did."""
+        ...
+
     def changes(
         self, spec: TableSpec, *, since_version: int, through_version: int
     ) -> list[FileChange] | None:

@@ -241,6 +241,20 @@ class DeltaRsReads:
             )
         )
 
+    def partition_files(
+        self, spec: TableSpec, *, partitions: Iterable[PartitionValue] | None = None
+    ) -> dict[str, list[str]]:
+        table = self._table(spec)
+        if table is None:
+            return {}
+        wanted = None if partitions is None else {partition_string(p) for p in partitions}
+        if wanted is not None and not wanted:
+            return {}
+        files: dict[str, list[str]] = {}
+        for path, value in sorted(file_partitions(table, spec, wanted)):
+            files.setdefault(value, []).append(path)
+        return files
+
     def partition_values(self, spec: TableSpec) -> list[str]:
         table = self._table(spec)
         if table is None:
