@@ -385,16 +385,18 @@ DAILY_SESSIONS = TableSpec(
     ),
 )
 
-# Per session date, which `sessions` files its daily_sessions rows were computed from: a date
-# whose files changed since (a late event, a relabel, an erasure) is behind.
-DAILY_SESSIONS_MANIFEST = TableSpec(
-    name="daily_sessions_manifest",
-    partition_by="partition_date",
-    description="Per daily_sessions partition, the sessions files it was computed from.",
+# Per date of each summary table (arrivals, daily_sessions), which files of its source table
+# (events, sessions) its rows were counted from: a date whose source files changed since (a late
+# event, a relabel by stitching, an erasure) is behind, whatever run changed them.
+SUMMARIES_MANIFEST = TableSpec(
+    name="summaries_manifest",
+    partition_by="summary",
+    description="Per date of arrivals and daily_sessions, the source files it was counted from.",
     schema=_fields(
-        ("partition_date", DateType(), False, "the daily_sessions partition"),
-        ("sessions_files", StringType(), False, "SHA-256 of its sessions partition's file names"),
-        ("run_id", StringType(), True, "the Dagster run that computed it"),
+        ("summary", StringType(), False, "the summary table: arrivals or daily_sessions"),
+        ("partition_date", DateType(), False, "its partition (event or session date)"),
+        ("source_files", StringType(), False, "SHA-256 of the source partition's file names"),
+        ("run_id", StringType(), True, "the Dagster run that counted it"),
         ("processed_at", TimestampType(), False, "when"),
     ),
 )
@@ -447,7 +449,7 @@ ALL_TABLES = (
     USER_LIFECYCLE_STATE,
     USER_LIFECYCLE_SNAPSHOT,
     ARRIVALS,
-    DAILY_SESSIONS_MANIFEST,
+    SUMMARIES_MANIFEST,
     DAILY_SESSIONS,
     ERASURES,
 )

@@ -1,17 +1,17 @@
-"""Keeping SPEC §9's tables exact: `arrivals` after each change of `events`, `daily_sessions`
-after each change of `sessions` or of a date's status.
+"""Keeping SPEC §9's two summary tables exact: `arrivals` (counted from `events`) and
+`daily_sessions` (aggregated from `sessions`, with each date's status).
 
-- `arrivals` is counted again, from `events`, for the event dates a run changed.
-- A `daily_sessions` date is behind when its `sessions` files are not the ones its rows were
-  computed from (`daily_sessions_manifest`: a late event, a relabel by stitching, an erasure),
-  or when its status or expected completeness is no longer what the lake says (R moved on, or
-  the reference dates' arrivals changed). The first are computed again from `sessions`; the
-  others keep their figures and take the new status.
+A summary date is behind when the files of its source partition are not the ones it was
+counted from (`summaries_manifest`): a late event, a relabel by stitching, an erasure, whatever
+run made the change. Those dates are counted again from their source. A `daily_sessions` date
+is also behind when its status or expected completeness is no longer what the lake says (R
+moved on, or the reference dates' arrivals changed): it keeps its figures and takes the new
+status.
 
-Both tables and the manifest are a few rows a date, read and written on the driver with
-delta-rs. Each question is answered from the lake at every call, so a run that failed or died
-leaves its dates behind for the next one: daily rows are committed before the manifest that
-says they are current.
+Everything here is a few rows a date, read and written on the driver with delta-rs (no Spark
+job). Each question is answered from the lake at every call, so a run that failed or died
+leaves its dates behind for the next one: a summary's rows are committed before the manifest
+that says they are current.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import (
     ARRIVALS,
     DAILY_SESSIONS,
-    DAILY_SESSIONS_MANIFEST,
     EVENTS,
     LANDING_BATCHES,
     SESSIONS,
+    SUMMARIES_MANIFEST,
 )
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.completeness import GracePeriod, grace_period
@@ -43,6 +43,9 @@ from sessionize_assets.transforms.daily import (
     daily_figures,
 )
 
+# Each summary table and the table it is counted from.
+SOURCES = {ARRIVALS.name: EVENTS, DAILY_SESSIONS.name: SESSIONS}
+
 
 def latest_received(store: DeltaStore) -> date | None:
     """R: the latest received day ingested (an empty batch folder counts), from the lake's
@@ -52,7 +55,7 @@ def latest_received(store: DeltaStore) -> date | None:
 
 
 def current_grace_period(store: DeltaStore, settings: Settings) -> GracePeriod | None:
-    """The grace period at R, from `arrivals` as it is (None before the first batch)."""
+    """The grace period at R, from `arrivals` as the lake holds it (None: no batch yet)."""
     latest = latest_received(store)
     if latest is None:
         return None
@@ -61,17 +64,45 @@ def current_grace_period(store: DeltaStore, settings: Settings) -> GracePeriod |
     return grace_period(counts, latest_received=latest, lateness=settings.lateness)
 
 
-def update_arrivals(
-    store: DeltaStore, *, event_dates: Iterable[date], run_id: str
-) -> dict[date, dict[int, int]]:
-    """Count the arrivals of `event_dates` again from `events` (the dates a run changed), and
-    return them per date, events by lag."""
-    dates = sorted(set(event_dates))
+@dataclass(frozen=True, kw_only=True)
+class SourcesBehind:
+    """The dates of a summary whose source partition changed since it was counted, each
+    with its source files' fingerprint now (recorded once the date is counted again)."""
+
+    summary: TableSpec
+    files: Mapping[date, str]
+
+    @property
+    def dates(self) -> list[date]:
+        return sorted(self.files)
+
+
+def sources_behind(store: DeltaStore, summary: TableSpec) -> SourcesBehind:
+    """`summary`'s dates whose source files are not the ones recorded (module docstring),
+    dates whose source partition is gone included (counted again as empty)."""
+    source = SOURCES[summary.name]
+    current = {
+        date.fromisoformat(value): _fingerprint(files)
+        for value, files in store.partition_files(source).items()
+    }
+    recorded = _recorded(store, summary)
+    empty = _fingerprint([])
+    behind = {day: files for day, files in current.items() if recorded.get(day) != files}
+    behind |= {day: empty for day, files in recorded.items() if day not in current and files != empty}
+    return SourcesBehind(summary=summary, files=behind)
+
+
+def update_arrivals(store: DeltaStore, *, run_id: str) -> dict[date, dict[int, int]]:
+    """Count again the arrivals of every event date whose `events` changed, and return them,
+    events by lag per date."""
+    behind = sources_behind(store, ARRIVALS)
+    dates = behind.dates
     if not dates:
         return {}
     events = store.read_arrow(EVENTS, partitions=dates, columns=["event_date", "received_date"])
     counts = arrival_counts(events)
     _replace(store, ARRIVALS, counts, partitions=dates, run_id=run_id)
+    _record(store, behind, run_id=run_id)
     by_date: dict[date, dict[int, int]] = {day: {} for day in dates}
     for row in counts.to_pylist():
         by_date[row["event_date"]][row["lag_days"]] = row["events"]
@@ -80,42 +111,29 @@ def update_arrivals(
 
 @dataclass(frozen=True, kw_only=True)
 class DailyBehind:
-    """The `daily_sessions` dates to update: `figures` to compute again from `sessions`,
-    `status` to give a new status only. `files` holds each date's current sessions files
-    fingerprint, which the manifest records once the date is written."""
+    """The `daily_sessions` dates to update: `figures`, to aggregate again from `sessions`;
+    `status`, to give their new status only; at `grace` (None: no batch yet)."""
 
-    figures: frozenset[date]
+    figures: SourcesBehind
     status: frozenset[date]
-    files: Mapping[date, str]
     grace: GracePeriod | None
 
     @property
     def dates(self) -> list[date]:
-        return sorted(self.figures | self.status)
+        return sorted({*self.figures.files, *self.status})
 
 
 def daily_behind(store: DeltaStore, settings: Settings) -> DailyBehind:
     """Every `daily_sessions` date that does not match the lake (module docstring)."""
-    current = {
-        date.fromisoformat(value): _fingerprint(files)
-        for value, files in store.partition_files(SESSIONS).items()
-    }
-    recorded = {
-        row["partition_date"]: row["sessions_files"]
-        for row in store.read_arrow(DAILY_SESSIONS_MANIFEST).to_pylist()
-    }
-    # A date whose sessions are all gone (an erasure) has an empty fingerprint to record.
-    empty = _fingerprint([])
-    figures = {day for day, files in current.items() if recorded.get(day) != files}
-    figures |= {day for day, files in recorded.items() if day not in current and files != empty}
+    figures = sources_behind(store, DAILY_SESSIONS)
     grace = current_grace_period(store, settings)
-    held = store.read_arrow(
-        DAILY_SESSIONS,
-        columns=["session_date", "status", "expected_completeness"],
-        where=pc.field("channel") == ALL_CHANNELS,
-    ).to_pylist()
-    status = set()
+    status: set[date] = set()
     if grace is not None:
+        held = store.read_arrow(
+            DAILY_SESSIONS,
+            columns=["session_date", "status", "expected_completeness"],
+            where=pc.field("channel") == ALL_CHANNELS,
+        ).to_pylist()
         status = {
             row["session_date"]
             for row in held
@@ -123,16 +141,13 @@ def daily_behind(store: DeltaStore, settings: Settings) -> DailyBehind:
             != (grace.status(row["session_date"]), grace.expected_completeness(row["session_date"]))
         }
     return DailyBehind(
-        figures=frozenset(figures),
-        status=frozenset(status - figures),
-        files={day: current.get(day, empty) for day in figures},
-        grace=grace,
+        figures=figures, status=frozenset(status - set(figures.files)), grace=grace
     )
 
 
 @dataclass(frozen=True, kw_only=True)
 class DailyReport:
-    """What an update of `daily_sessions` did: the dates computed again from `sessions`, those
+    """What an update of `daily_sessions` did: the dates aggregated again from `sessions`, those
     given a new status only, and the grace period it applied (None: no batch yet)."""
 
     recomputed: list[date]
@@ -145,60 +160,71 @@ class DailyReport:
 
 
 def update_daily(store: DeltaStore, *, settings: Settings, run_id: str) -> DailyReport:
-    """Bring every behind `daily_sessions` date up to date (`daily_behind`), in one commit of
-    the table and then one of its manifest."""
+    """Bring every behind `daily_sessions` date up to date (`daily_behind`): one commit of the
+    table, then one of the manifest."""
     behind = daily_behind(store, settings)
     grace = behind.grace
-    if not behind.dates or grace is None:
+    if grace is None or not behind.dates:
         return DailyReport(recomputed=[], restated=[], grace=grace)
-    figures = sorted(behind.figures)
+    recomputed, restated = behind.figures.dates, sorted(behind.status)
     statuses = grace.of_dates(behind.dates)
-    fresh = daily_figures(
-        store.read_arrow(SESSIONS, partitions=figures, columns=list(DAILY_SOURCE_COLUMNS)),
-        statuses=statuses,
-    )
-    restated = sorted(behind.status)
-    kept = store.read_arrow(DAILY_SESSIONS, partitions=restated)
-    days = kept["session_date"].to_pylist()
-    kept = kept.set_column(
-        kept.schema.get_field_index("status"),
-        "status",
-        pa.array([statuses[day][0] for day in days], pa.string()),
-    ).set_column(
-        kept.schema.get_field_index("expected_completeness"),
-        "expected_completeness",
-        pa.array([statuses[day][1] for day in days], pa.float64()),
-    )
     schema = to_arrow_schema(DAILY_SESSIONS.schema)
-    rows = pa.concat_tables([fresh.cast(schema), kept.select(schema.names).cast(schema)])
+    fresh = daily_figures(
+        store.read_arrow(SESSIONS, partitions=recomputed, columns=list(DAILY_SOURCE_COLUMNS)),
+        statuses=statuses,
+    ).cast(schema)
+    kept = store.read_arrow(DAILY_SESSIONS, partitions=restated).select(schema.names)
+    days = kept["session_date"].to_pylist()
+    for name, position in (("status", 0), ("expected_completeness", 1)):
+        column = pa.array([statuses[day][position] for day in days], schema.field(name).type)
+        kept = kept.set_column(schema.get_field_index(name), name, column)
+    rows = pa.concat_tables([fresh, kept.cast(schema)])
     _replace(store, DAILY_SESSIONS, rows, partitions=behind.dates, run_id=run_id)
-    now = datetime.now(UTC)
-    manifest = [
-        {"partition_date": day, "sessions_files": files, "run_id": run_id, "processed_at": now}
-        for day, files in sorted(behind.files.items())
-    ]
-    _replace(
-        store,
-        DAILY_SESSIONS_MANIFEST,
-        pa.Table.from_pylist(manifest, schema=to_arrow_schema(DAILY_SESSIONS_MANIFEST.schema)),
-        partitions=figures,
-        run_id=run_id,
-    )
-    return DailyReport(recomputed=figures, restated=restated, grace=grace)
+    _record(store, behind.figures, run_id=run_id)
+    return DailyReport(recomputed=recomputed, restated=restated, grace=grace)
 
 
 def _fingerprint(files: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(files)).encode()).hexdigest()
 
 
-def _replace(
-    store: DeltaStore, spec: TableSpec, rows: pa.Table, *, partitions: list[date], run_id: str
-) -> None:
-    if not partitions:
+def _recorded(store: DeltaStore, summary: TableSpec) -> dict[date, str]:
+    return {day: row["source_files"] for day, row in _manifest(store, summary).items()}
+
+
+def _manifest(store: DeltaStore, summary: TableSpec) -> dict[date, dict]:
+    rows = store.read_arrow(SUMMARIES_MANIFEST, partitions=[summary.name]).to_pylist()
+    return {row["partition_date"]: row for row in rows}
+
+
+def _record(store: DeltaStore, behind: SourcesBehind, *, run_id: str) -> None:
+    """Record the counted dates' source files: the summary's manifest partition (a row a date,
+    a few hundred at most) rewritten with them."""
+    if not behind.files:
         return
-    store.replace_partitions_arrow(
-        spec,
-        rows,
-        partitions=partitions,
-        commit_metadata={"dagster_run_id": run_id, "table": spec.name},
-    )
+    name = behind.summary.name
+    now = datetime.now(UTC)
+    rows = _manifest(store, behind.summary)
+    for day, files in behind.files.items():
+        rows[day] = {
+            "summary": name,
+            "partition_date": day,
+            "source_files": files,
+            "run_id": run_id,
+            "processed_at": now,
+        }
+    schema = to_arrow_schema(SUMMARIES_MANIFEST.schema)
+    table = pa.Table.from_pylist([rows[day] for day in sorted(rows)], schema=schema)
+    _replace(store, SUMMARIES_MANIFEST, table, partitions=[name], run_id=run_id)
+
+
+def _replace(
+    store: DeltaStore, spec: TableSpec, rows: pa.Table, *, partitions: list, run_id: str
+) -> None:
+    if partitions:
+        store.replace_partitions_arrow(
+            spec,
+            rows,
+            partitions=partitions,
+            commit_metadata={"dagster_run_id": run_id, "table": spec.name},
+        )
