@@ -14,6 +14,7 @@ from dagster import (
     in_process_executor,
 )
 
+from sessionize_assets.assets.daily import build_summary_assets
 from sessionize_assets.assets.events import build_events_asset
 from sessionize_assets.assets.identities import build_identities_asset
 from sessionize_assets.assets.ingest import build_ingest_assets
@@ -22,6 +23,7 @@ from sessionize_assets.assets.sessions import build_sessions_assets
 from sessionize_assets.checks import build_checks
 from sessionize_assets.erasure_jobs import (
     FINISH_ERASURES_JOB,
+    FORGET_JOB,
     build_finish_erasures_job,
     build_forget_job,
 )
@@ -46,6 +48,7 @@ from sessionize_assets.sensors.landing import build_landing_sensor
 from sessionize_assets.sensors.late_data import build_late_data_sensor
 from sessionize_assets.sensors.lifecycle import build_lifecycle_sensor
 from sessionize_assets.sensors.stale_sessions import build_stale_sessions_sensor
+from sessionize_assets.sensors.summaries import build_summaries_sensor
 from sessionize_assets.settings import Settings
 
 R = TypeVar("R")
@@ -53,6 +56,7 @@ INGEST_JOB = "ingest_batch_job"
 EVENTS_JOB = "events_job"
 SESSIONS_JOB = "sessions_job"
 LIFECYCLE_JOB = "lifecycle_job"
+SUMMARIES_JOB = "summaries_job"
 CHECKS_JOB = "checks_job"
 REBUILD_JOB = "rebuild_job"
 AUTOMATION_SENSOR = "sessions_automation"
@@ -64,6 +68,8 @@ AUTOMATION_SENSOR = "sessions_automation"
 # the rarer that needless run.
 AUTOMATION_INTERVALS = 4
 SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
+# SPEC §9's summaries: brought up to date by every sessions run, after its sessions.
+SUMMARY_ASSETS = ("arrivals", "daily_sessions")
 # rebuild_job's run config. A caller that passes its own run config (logging, say) must merge
 # this in: Dagster drops a job's default config when a partitioned run is given any.
 REBUILD_CONFIG = {
@@ -133,6 +139,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 partitions_def=event_days,
                 events_mapping=sessions_on_events_mapping(settings),
             ),
+            *build_summary_assets(settings=settings, partitions_def=event_days),
             build_lifecycle_assets(
                 settings=settings,
                 partitions_def=received_days,
@@ -143,13 +150,18 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             define_asset_job(INGEST_JOB, selection=["raw_events", "rejected_events"]),
             # The identities absorb each events run's changes in the same run.
             define_asset_job(EVENTS_JOB, selection=["events", "user_identities"]),
-            define_asset_job(SESSIONS_JOB, selection=list(SESSION_ASSETS)),
+            define_asset_job(SESSIONS_JOB, selection=[*SESSION_ASSETS, *SUMMARY_ASSETS]),
+            define_asset_job(
+                SUMMARIES_JOB,
+                selection=list(SUMMARY_ASSETS),
+                description="Bring arrivals and daily_sessions up to date with the lake.",
+            ),
             define_asset_job(LIFECYCLE_JOB, selection=list(LIFECYCLE_ASSETS)),
             define_asset_job(CHECKS_JOB, selection=AssetSelection.checks(*checks)),
             define_asset_job(
                 REBUILD_JOB,
                 selection=AssetSelection.assets(
-                    "events", "user_identities", *SESSION_ASSETS
+                    "events", "user_identities", *SESSION_ASSETS, *SUMMARY_ASSETS
                 ).without_checks(),
                 description="Recompute events and sessions of the selected days from raw_events.",
                 config=REBUILD_CONFIG,
@@ -174,10 +186,26 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             build_lifecycle_sensor(
                 settings=settings, lifecycle_job_name=LIFECYCLE_JOB, sessions_job_name=SESSIONS_JOB
             ),
+            build_summaries_sensor(
+                settings=settings,
+                summaries_job_name=SUMMARIES_JOB,
+                lake_jobs=(
+                    INGEST_JOB,
+                    EVENTS_JOB,
+                    SESSIONS_JOB,
+                    LIFECYCLE_JOB,
+                    REBUILD_JOB,
+                    FORGET_JOB,
+                    FINISH_ERASURES_JOB,
+                ),
+                session_days=event_days,
+            ),
             build_erasure_sensor(
                 settings=settings,
                 finish_job_name=FINISH_ERASURES_JOB,
-                lake_jobs=(INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB, REBUILD_JOB),
+                lake_jobs=(
+                    INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB, REBUILD_JOB, SUMMARIES_JOB
+                ),
                 session_days=event_days,
             ),
             # Declared so automation runs on a fresh `dagster dev` (the implicit one is STOPPED).

@@ -13,6 +13,8 @@ from typing import ClassVar
 
 from sessionize_assets.lake.store import TableSpec
 from sessionize_assets.lake.tables import (
+    ARRIVALS,
+    DAILY_SESSIONS,
     EVENTS,
     RAW_EVENTS,
     REJECTED_EVENTS,
@@ -292,6 +294,58 @@ class LifecycleRunMetadata(StepFigures):
     interval_rows_written: int
     interval_files_rewritten: int
     snapshot_days_written: int
+    spark_jobs: int | None
+
+
+# -- the summaries (SPEC §9): an event date's arrivals, a session date's daily figures ---------
+
+
+@metadata_record
+class ArrivalsDateMetadata(AssetRecord):
+    """An `arrivals` partition as the table holds it after the run."""
+
+    table: ClassVar[TableSpec] = ARRIVALS
+    row_count: int = entry(key=ROW_COUNT_KEY)  # one row per lag
+    events: int
+    on_time_share: float  # received on the day or before (lag <= 0)
+    events_by_lag: dict[str, int] = entry(shown=Shown.JSON)
+    counted: bool  # this run counted it again (its events changed)
+
+
+@metadata_record
+class DailySessionsMetadata(AssetRecord):
+    """A `daily_sessions` partition as the table holds it after the run: the `(all)` row's
+    figures (numbers, so the asset's Plots tab draws each over the dates), its status."""
+
+    table: ClassVar[TableSpec] = DAILY_SESSIONS
+    row_count: int = entry(key=ROW_COUNT_KEY)  # one row per channel, and (all)
+    sessions: int
+    users: int
+    engaged_sessions: int
+    converting_sessions: int
+    page_views: int
+    conversions: int
+    duration_seconds: float
+    quarantined_sessions: int
+    status: str
+    expected_completeness: float
+    grace_period_days: int
+    recomputed: bool  # this run aggregated it again (its sessions changed)
+    restated: bool  # this run changed its status or expected completeness only
+    summary: str = entry(shown=Shown.MARKDOWN)
+
+
+@metadata_record
+class DailyRunMetadata(StepFigures):
+    """The grace period a daily_sessions run applied, and what it changed."""
+
+    table: ClassVar[TableSpec] = DAILY_SESSIONS
+    latest_received: str  # R
+    grace_period_days: int
+    reference_dates: str  # first..last
+    reference_events: int
+    dates_recomputed: int
+    dates_restated: int
     spark_jobs: int | None
 
 
