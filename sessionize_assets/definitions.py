@@ -204,7 +204,12 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 settings=settings,
                 finish_job_name=FINISH_ERASURES_JOB,
                 lake_jobs=(
-                    INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB, REBUILD_JOB, SUMMARIES_JOB
+                    INGEST_JOB,
+                    EVENTS_JOB,
+                    SESSIONS_JOB,
+                    LIFECYCLE_JOB,
+                    REBUILD_JOB,
+                    SUMMARIES_JOB,
                 ),
                 session_days=event_days,
             ),

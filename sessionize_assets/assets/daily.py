@@ -9,7 +9,6 @@ own materialization, the others on one of their own, each with its figures as th
 them after the run.
 """
 
-
 from collections.abc import Iterator
 from datetime import date
 
@@ -97,7 +96,11 @@ def build_summary_assets(
             context.log.info(
                 f"daily_sessions: {len(report.recomputed)} dates aggregated again, "
                 f"{len(report.restated)} given a new status"
-                + (f"; grace period {grace.days} days at R = {grace.latest_received}" if grace else "")
+                + (
+                    f"; grace period {grace.days} days at R = {grace.latest_received}"
+                    if grace
+                    else ""
+                )
             )
             metadata = _daily_metadata(
                 step.store,

@@ -88,7 +88,9 @@ def sources_behind(store: DeltaStore, summary: TableSpec) -> SourcesBehind:
     recorded = _recorded(store, summary)
     empty = _fingerprint([])
     behind = {day: files for day, files in current.items() if recorded.get(day) != files}
-    behind |= {day: empty for day, files in recorded.items() if day not in current and files != empty}
+    behind |= {
+        day: empty for day, files in recorded.items() if day not in current and files != empty
+    }
     return SourcesBehind(summary=summary, files=behind)
 
 
@@ -140,9 +142,7 @@ def daily_behind(store: DeltaStore, settings: Settings) -> DailyBehind:
             if (row["status"], row["expected_completeness"])
             != (grace.status(row["session_date"]), grace.expected_completeness(row["session_date"]))
         }
-    return DailyBehind(
-        figures=figures, status=frozenset(status - set(figures.files)), grace=grace
-    )
+    return DailyBehind(figures=figures, status=frozenset(status - set(figures.files)), grace=grace)
 
 
 @dataclass(frozen=True, kw_only=True)

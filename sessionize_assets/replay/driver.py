@@ -38,6 +38,7 @@ from sessionize_assets.definitions import (
     INGEST_JOB,
     LIFECYCLE_JOB,
     SESSIONS_JOB,
+    SUMMARIES_JOB,
     resource_of,
 )
 from sessionize_assets.lake.tables import SESSIONS
@@ -163,9 +164,9 @@ class BatchDriver:
         self.instance = instance
         self.settings = settings
         self.echo = echo  # told whom a run waits for, when another writer holds the lake
-        self.ingest, self.events, self.sessions, self.lifecycle = (
+        self.ingest, self.events, self.sessions, self.lifecycle, self.summaries = (
             defs.resolve_job_def(name)
-            for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB)
+            for name in (INGEST_JOB, EVENTS_JOB, SESSIONS_JOB, LIFECYCLE_JOB, SUMMARIES_JOB)
         )
         assert self.ingest.partitions_def is not None
         self.received_days: PartitionsDefinition = self.ingest.partitions_def
@@ -257,6 +258,13 @@ class BatchDriver:
             lifecycle_ranges = [request.tags for request in self.lifecycle_sensor.tick()]
         for range_tags in lifecycle_ranges if ok else []:
             ok = run(self.lifecycle, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
+        # A sessions run brings the summaries up to date; with none, what moved them on (a
+        # batch that changed no event moves the dates' status) takes a run of its own, as the
+        # summaries sensor asks for.
+        if ok and not any(r.job_def.name == SESSIONS_JOB for r in runs):
+            behind = self.behind.summary_dates()
+            if behind:
+                ok = run(self.summaries, behind[-1].isoformat(), behind[-1].isoformat())
         failed = next((r for r in runs if not run_succeeded(r)), None)
         sessions_figures = [f for r in runs for f in step_figures(r, SessionsRunMetadata)]
         return BatchOutcome(

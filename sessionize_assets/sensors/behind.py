@@ -18,6 +18,7 @@ from deltalake.exceptions import DeltaError
 from sessionize_assets.assets.keys import EVENTS_KEY, RAW_EVENTS_KEY, SESSIONS_KEY, SNAPSHOT_KEY
 from sessionize_assets.lake.store import DeltaStore, LakeError, TableSpec
 from sessionize_assets.lake.tables import (
+    ARRIVALS,
     BATCH_EVENT_DATES,
     EVENTS_MANIFEST,
     LANDING_BATCHES,
@@ -26,6 +27,7 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_STATE,
 )
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
+from sessionize_assets.pipeline.daily import daily_behind, sources_behind
 from sessionize_assets.pipeline.landing import LandingComparison, compare_landing, ingested_batches
 from sessionize_assets.pipeline.lifecycle.bookkeeping import ABSORBED, absorbed_by
 from sessionize_assets.pipeline.manifests import Plan, event_dates_behind, session_dates_behind
@@ -107,6 +109,13 @@ class Behind:
             for day in sorted({*lake, *dagster})
             if day <= last
         }
+
+    def summary_dates(self) -> list[date]:
+        """The dates of `arrivals` or `daily_sessions` behind the lake (`pipeline/daily.py`):
+        what a summaries run brings up to date."""
+        arrivals = sources_behind(self._lake, ARRIVALS)
+        daily = daily_behind(self._lake, self._settings)
+        return sorted({*arrivals.dates, *daily.dates})
 
     def lifecycle_versions(self) -> list[int | None] | None:
         """[sessions version, sessions version the lifecycle's intervals absorbed] when the

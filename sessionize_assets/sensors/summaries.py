@@ -18,8 +18,6 @@ from dagster import (
     SkipReason,
 )
 
-from sessionize_assets.lake.tables import ARRIVALS
-from sessionize_assets.pipeline.daily import daily_behind, sources_behind
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.sensors.behind import Behind
@@ -50,35 +48,26 @@ def build_summaries_sensor(
         going = runs_going(context, job_names=(*lake_jobs, summaries_job_name), sessions=True)
         if going:
             return SkipReason(f"a {going[0].job_name} run is going ({going[0].run_id}); waiting")
-        store = lake.store()
-        behind = Behind(settings=settings, lake=store, landing=landing)
+        behind = Behind(settings=settings, lake=lake.store(), landing=landing)
         if behind.event_dates() or behind.session_dates(
             context.instance, session_days=session_days
         ):
             return SkipReason("events or sessions are behind: their runs update the summaries")
-        arrivals = sources_behind(store, ARRIVALS)
-        daily = daily_behind(store, settings)
-        dates = sorted({*arrivals.dates, *daily.dates})
+        dates = behind.summary_dates()
         if not dates:
             return SkipReason("arrivals and daily_sessions match the lake")
         # One run: its steps update every date behind, wherever it is, and report each. Its
         # partition is the latest of them, so Dagster plans one partition, not a range.
         last = dates[-1]
-        state = digest(
-            {
-                "arrivals": {str(d): f for d, f in arrivals.files.items()},
-                "daily": sorted(map(str, daily.dates)),
-                "grace": None if daily.grace is None else daily.grace.latest_received.isoformat(),
-            }
-        )
+        state = digest(sorted(map(str, dates)))
         request = state_request(
             context, settings, job_name=summaries_job_name, state=state, first=last, last=last
         )
         if isinstance(request, str):
             return SkipReason(request)
         context.log.info(
-            f"{len(arrivals.dates)} arrivals dates and {len(daily.dates)} daily_sessions dates "
-            f"behind the lake: one run updates them"
+            f"{len(dates)} dates of arrivals or daily_sessions behind the lake: one run "
+            "updates them"
         )
         return SensorResult(run_requests=[request])
 

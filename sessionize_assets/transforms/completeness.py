@@ -120,4 +120,4 @@ def grace_period(
     for k in range(max(0, max(by_lag)) + 1):
         arrived += by_lag.get(k, 0)
         shares.append(arrived / total)
-    return replace(period, days=next(k for k, F in enumerate(shares) if F >= lateness.target))
+    return replace(period, days=next(k for k, F in enumerate(shares) if lateness.target <= F))

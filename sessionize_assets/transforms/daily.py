@@ -41,9 +41,7 @@ DAILY_FIGURES = (
 MICROS = 1_000_000
 
 
-def daily_figures(
-    sessions: pa.Table, *, statuses: Mapping[date, tuple[str, float]]
-) -> pa.Table:
+def daily_figures(sessions: pa.Table, *, statuses: Mapping[date, tuple[str, float]]) -> pa.Table:
     """One row per (session date, channel) with a session, and one per date for `(all)`, with
     the figures of SPEC §9 and each date's (status, expected completeness) from `statuses`
     (which must hold every date of `sessions`). Sorted by date, then channel."""

@@ -61,8 +61,13 @@ def ingested(store, *days: date) -> None:
         store,
         LANDING_BATCHES,
         [
-            {"received_date": d, "fingerprint": "-", "files": "[]", "ingest_version": 0,
-             "ingested_at": NOON}
+            {
+                "received_date": d,
+                "fingerprint": "-",
+                "files": "[]",
+                "ingest_version": 0,
+                "ingested_at": NOON,
+            }
             for d in days
         ],
         dates=list(days),
@@ -71,8 +76,15 @@ def ingested(store, *days: date) -> None:
 
 def events(store, on: date, received: list[date]) -> None:
     rows = [
-        {"event_id": f"{on}-{i}", "user_id": "u", "event_ts": NOON, "event_date": on,
-         "received_at": NOON, "received_date": r, "source_file": "f"}
+        {
+            "event_id": f"{on}-{i}",
+            "user_id": "u",
+            "event_ts": NOON,
+            "event_date": on,
+            "received_at": NOON,
+            "received_date": r,
+            "source_file": "f",
+        }
         for i, r in enumerate(received)
     ]
     put(store, EVENTS, rows, dates=[on])
@@ -80,10 +92,22 @@ def events(store, on: date, received: list[date]) -> None:
 
 def sessions(store, on: date, users: list[str], *, channel: str = "Direct") -> None:
     rows = [
-        {"session_id": f"{on}-{i}", "user_id": user, "session_date": on, "session_start": NOON,
-         "session_end": NOON, "duration_seconds": 0.5, "event_count": 1, "session_number": 1,
-         "is_quarantined": False, "page_views": 1, "conversions": 0, "channel": channel,
-         "is_engaged": False, "stitched_user_id": user}
+        {
+            "session_id": f"{on}-{i}",
+            "user_id": user,
+            "session_date": on,
+            "session_start": NOON,
+            "session_end": NOON,
+            "duration_seconds": 0.5,
+            "event_count": 1,
+            "session_number": 1,
+            "is_quarantined": False,
+            "page_views": 1,
+            "conversions": 0,
+            "channel": channel,
+            "is_engaged": False,
+            "stitched_user_id": user,
+        }
         for i, user in enumerate(users)
     ]
     put(store, SESSIONS, rows, dates=[on])
@@ -115,9 +139,14 @@ def test_daily_sessions_follow_their_sessions_and_the_status(lake):
     first = update_daily(lake, settings=SETTINGS, run_id="r1")
     # R = day 2: no date is H = 3 days old yet, so g = H and every date is provisional.
     assert (first.recomputed, first.restated, first.grace.days) == ([day(1)], [], 3)
-    (row,) = lake.read_arrow(DAILY_SESSIONS).filter(pa.compute.field("channel") == "(all)").to_pylist()
+    (row,) = (
+        lake.read_arrow(DAILY_SESSIONS).filter(pa.compute.field("channel") == "(all)").to_pylist()
+    )
     assert (row["sessions"], row["users"], row["status"], row["expected_completeness"]) == (
-        3, 2, PROVISIONAL, 1.0
+        3,
+        2,
+        PROVISIONAL,
+        1.0,
     )
     assert daily_behind(lake, SETTINGS).dates == []
 
@@ -129,7 +158,9 @@ def test_daily_sessions_follow_their_sessions_and_the_status(lake):
     second = update_daily(lake, settings=SETTINGS, run_id="r2")
     assert (second.recomputed, second.restated, second.grace.days) == ([], [day(1)], 0)
     rows = lake.read_arrow(DAILY_SESSIONS).to_pylist()
-    assert {(r["channel"], r["sessions"], r["status"], r["expected_completeness"]) for r in rows} == {
+    assert {
+        (r["channel"], r["sessions"], r["status"], r["expected_completeness"]) for r in rows
+    } == {
         ("(all)", 3, COMPLETE, 1.0),  # F(R - day 1) = F(3) = 1.0
         ("Direct", 3, COMPLETE, 1.0),
     }
