@@ -15,6 +15,7 @@ from sessionize_assets.lake.tables import (
     USER_LIFECYCLE_SNAPSHOT,
 )
 from sessionize_assets.partitions import lifecycle_range, session_dates_for
+from sessionize_assets.pipeline.daily import DailyReport, update_arrivals, update_daily
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
 from sessionize_assets.pipeline.ingest import ingest_batches
@@ -33,6 +34,7 @@ class BatchRun:
     events: EventsReport
     identities: IdentitiesReport
     sessions: SessionsReport
+    daily: DailyReport
     lifecycle: LifecycleReport | None
 
 
@@ -91,6 +93,10 @@ def follow_through(
         settings=settings,
         run_id=run_id,
     )
+    # The summaries, after the sessions in the same run (or in summaries_job when no sessions
+    # run followed: here always, as the sensor would when they are behind).
+    update_arrivals(store, run_id=run_id)
+    daily = update_daily(store, settings=settings, run_id=run_id)
     # What lifecycle_sensor asks for, with the lake's partitions standing in for Dagster's.
     span = lifecycle_range(
         sessions_reported=sessions.changed,
@@ -106,6 +112,7 @@ def follow_through(
         events=events,
         identities=identities,
         sessions=sessions,
+        daily=daily,
         lifecycle=lifecycle,
     )
 

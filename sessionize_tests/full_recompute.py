@@ -16,6 +16,8 @@ from pyspark.sql import SparkSession
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import (
+    ARRIVALS,
+    DAILY_SESSIONS,
     EVENTS,
     LANDING_BATCHES,
     REJECTED_EVENTS,
@@ -29,6 +31,12 @@ from sessionize_assets.resources.lake import STORES
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.lifecycle import states_by_day
 from sessionize_assets.transforms.lifecycle_states import OPEN_END
+from sessionize_tests.daily_reference import (
+    DailySession,
+    reference_arrivals,
+    reference_daily,
+    reference_status,
+)
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 from sessionize_tests.reference import (
     SESSION_ATTRIBUTES,
@@ -128,6 +136,80 @@ def differences(
     found += lifecycle_differences(
         store, start=start, session_days=[(s[0], s[1].date()) for s in expected_sessions]
     )
+    daily_sessions = [
+        DailySession(
+            session_date=s.session_start.date(),
+            channel=s.attributes["channel"],
+            stitched_user_id=stitched(s.user_id, identities),
+            is_engaged=s.attributes["is_engaged"],
+            conversions=s.attributes["conversions"],
+            page_views=s.attributes["page_views"],
+            session_start=s.session_start,
+            session_end=s.session_end,
+            is_quarantined=s.is_quarantined,
+        )
+        for s in reference_sessions(
+            ref.winners,
+            gap=settings.session_gap,
+            max_length=settings.max_session_length,
+            conversion_events=settings.conversion_events,
+        )
+    ]
+    found += summary_differences(store, settings, ref.winners, daily_sessions)
+    return found
+
+
+def summary_differences(
+    store: DeltaStore, settings: Settings, winners: dict, sessions: list[DailySession]
+) -> list[str]:
+    """SPEC §9's two tables against its literal reading (`daily_reference.py`), at R, the
+    latest received day the lake ingested (an empty batch included)."""
+    found = []
+    arrivals = reference_arrivals(winners)
+    got = {(r.event_date, r.lag_days): r.events for r in table_rows(store, ARRIVALS)}
+    if got != dict(arrivals):
+        wrong = sorted(k for k in {*got, *arrivals} if got.get(k) != arrivals.get(k))
+        found.append(
+            f"{ARRIVALS.name}: {len(wrong)} (date, lag) differ, e.g. "
+            f"{[(k, got.get(k), arrivals.get(k)) for k in wrong[:SHOWN]]}"
+        )
+    received = [date.fromisoformat(d) for d in store.row_counts(LANDING_BATCHES)]
+    if not received:
+        return found
+    latest = max(received)
+    lateness = settings.lateness
+    status = reference_status(
+        arrivals,
+        latest=latest,
+        horizon=lateness.horizon_days,
+        window=lateness.window_days,
+        target=lateness.target,
+    )
+    expected = reference_daily(sessions, latest=latest, status=status)
+    rows = Counter(
+        (
+            r.session_date,
+            r.channel,
+            r.sessions,
+            r.users,
+            r.engaged_sessions,
+            r.converting_sessions,
+            r.page_views,
+            r.conversions,
+            r.duration_seconds,
+            r.quarantined_sessions,
+            r.status,
+            r.expected_completeness,
+        )
+        for r in table_rows(store, DAILY_SESSIONS)
+    )
+    if rows != expected:
+        missing = sorted((expected - rows).elements(), key=repr)
+        unexpected = sorted((rows - expected).elements(), key=repr)
+        found.append(
+            f"{DAILY_SESSIONS.name}: {len(missing)} rows missing {missing[:SHOWN]}, "
+            f"{len(unexpected)} unexpected {unexpected[:SHOWN]}"
+        )
     return found
 
 
