@@ -84,6 +84,13 @@ from sessionize_assets.transforms.sessions import (
     split_quarantine,
 )
 
+# A run keeps the events it read (for the summary's count) in memory, spilling to disk, while
+# its whole dates hold at most this many rows; past it, on disk alone. At the bench's full size
+# a 59-day range's 6.9 M wide rows failed being serialised into the 1 GB driver's heap
+# (`java.lang.OutOfMemoryError` in Spark's MemoryStore). A daily batch's whole dates (its new
+# days) hold about 100,000 rows at the mid size and 400,000 at the full size.
+EVENTS_KEPT_IN_MEMORY_ROWS = 1_000_000
+
 
 def session_definition(settings: Settings) -> str:
     """What sessions depend on besides events: part of the assets' code version."""
@@ -314,14 +321,18 @@ def _read_events(
     lookup = read_by_keys(store, EVENTS, wanted=wanted, key="user_id", columns=columns)
     report.dates_searched_by_user = len(lookup.searched)
     report.users_looked_up = lookup.keys_pushed
-    report.events_rows_scanned = sum(
-        store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned]).values()
-    )
+    rows = store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned])
+    report.events_rows_scanned = sum(rows.values())
     events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
     if plan.pairs:
         # Found by user: kept, so the summary's count does not run the lookup again. Whole
         # dates alone are not (every event of them, wide, held to be counted again by user).
-        events = events.persist(StorageLevel.MEMORY_AND_DISK)
+        whole_rows = sum(rows.get(str(day), 0) for day in whole_window)
+        events = events.persist(
+            StorageLevel.MEMORY_AND_DISK
+            if whole_rows <= EVENTS_KEPT_IN_MEMORY_ROWS
+            else StorageLevel.DISK_ONLY
+        )
         frames.append(events)
     return events
 
