@@ -86,9 +86,9 @@ from sessionize_assets.transforms.sessions import (
 
 # A run keeps the events it read (for the summary's count) in memory, spilling to disk, while
 # its whole dates hold at most this many rows; past it, on disk alone. At the bench's full size
-# a 59-day range's 6.9 M wide rows failed being serialised into the 1 GB driver's heap
-# (`java.lang.OutOfMemoryError` in Spark's MemoryStore). A daily batch's whole dates (its new
-# days) hold about 100,000 rows at the mid size and 400,000 at the full size.
+# a 59-day range's 7 M wide rows (63 dates of events) failed being serialised into the 1 GB
+# driver's heap (`java.lang.OutOfMemoryError` in Spark's MemoryStore). A daily batch's whole
+# dates (its new days) hold about 100,000 rows at the mid size and 400,000 at the full size.
 EVENTS_KEPT_IN_MEMORY_ROWS = 1_000_000
 
 
