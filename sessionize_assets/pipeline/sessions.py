@@ -84,6 +84,15 @@ from sessionize_assets.transforms.sessions import (
     split_quarantine,
 )
 
+# A run keeps what it reuses (the events it read, the sessions it computed, their diff) in
+# memory, spilling to disk, while its whole dates hold at most this many events; past it, on
+# disk alone. PySpark's MEMORY_AND_DISK is serialised: at the bench's full size (1 GB driver)
+# a range run over days 32..90 failed twice in the heap, serialising its 7 M events (63 dates)
+# into memory, then reading a spilled block of its sessions back into memory whole. A daily
+# batch's whole dates (its new days) hold about 100,000 events at the mid size, 400,000 at
+# the full size.
+KEPT_IN_MEMORY_EVENTS = 1_000_000
+
 
 def session_definition(settings: Settings) -> str:
     """What sessions depend on besides events: part of the assets' code version."""
@@ -168,8 +177,11 @@ def update_sessions(
         return report
     report.pairs_recomputed = plan.pairs
     frames: list[DataFrame] = [plan.scope.pairs]
+    keep = _kept(store, plan, settings=settings)
     try:
-        events = _read_events(store, plan, settings=settings, report=report, frames=frames)
+        events = _read_events(
+            store, plan, settings=settings, report=report, frames=frames, keep=keep
+        )
         built = sessions_with_quarantine(
             events,
             gap=settings.session_gap,
@@ -179,9 +191,7 @@ def update_sessions(
         )
         identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
         # Kept with the quarantine's columns: both tables' rows come from it, the chains once.
-        stitched = stitch(plan.scope.within(built), identities).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        stitched = stitch(plan.scope.within(built), identities).persist(keep)
         frames.append(stitched)
         sessions, quarantine = split_quarantine(stitched)
         flagged = _commit_sessions(
@@ -194,6 +204,7 @@ def update_sessions(
             commit=_Commit(tags=tags, read_version=read_at[SESSIONS], run_id=run_id),
             report=report,
             frames=frames,
+            keep=keep,
         )
         _commit_quarantine(
             store,
@@ -280,6 +291,16 @@ def _plan(
     )
 
 
+def _kept(store: DeltaStore, plan: _Plan, *, settings: Settings) -> StorageLevel:
+    """Where the run keeps the frames it reuses: in memory, spilling to disk, unless its
+    whole dates hold more than KEPT_IN_MEMORY_EVENTS events (from the log); then on disk."""
+    window = event_window(plan.scope.whole, settings)
+    whole = sum(store.row_counts(EVENTS, partitions=window).values()) if window else 0
+    return (
+        StorageLevel.MEMORY_AND_DISK if whole <= KEPT_IN_MEMORY_EVENTS else StorageLevel.DISK_ONLY
+    )
+
+
 def _read_events(
     store: DeltaStore,
     plan: _Plan,
@@ -287,6 +308,7 @@ def _read_events(
     settings: Settings,
     report: SessionsReport,
     frames: list[DataFrame],
+    keep: StorageLevel,
 ) -> DataFrame:
     """Every user's events around whole dates; elsewhere each touched pair's user's events in
     that pair's window, found by user (Parquet skips the other users' row groups). With a few
@@ -321,7 +343,7 @@ def _read_events(
     if plan.pairs:
         # Found by user: kept, so the summary's count does not run the lookup again. Whole
         # dates alone are not (every event of them, wide, held to be counted again by user).
-        events = events.persist(StorageLevel.MEMORY_AND_DISK)
+        events = events.persist(keep)
         frames.append(events)
     return events
 
@@ -337,10 +359,11 @@ def _commit_sessions(
     commit: _Commit,
     report: SessionsReport,
     frames: list[DataFrame],
+    keep: StorageLevel,
 ) -> int:
     """Compare the recomputed sessions with the old rows of their pairs, and commit the pairs
     whose rows differ (with the relabelled pairs) and their corrections. Returns the sessions
-    flagged for quarantine."""
+    flagged for quarantine. The diff is kept at `keep`."""
     whole, by_date = plan.scope.whole, plan.scope.listed
     # The sessions files that can hold the recomputed pairs' old rows, from the log's per-file
     # user ranges: a few files of each old date instead of all of them.
@@ -354,9 +377,7 @@ def _commit_sessions(
         if files is None
         else store.read_files(SESSIONS, files)
     )
-    diff = diff_sessions(plan.scope.within(old_rows), sessions).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    diff = diff_sessions(plan.scope.within(old_rows), sessions).persist(keep)
     frames.append(diff)
     summary = summarise(diff, events=events, sessions=sessions)  # everything above, once
     changed_dates = sorted(summary.changes)

@@ -35,6 +35,8 @@ REQUIRED_CONF = {
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 # The executors' JVM options (the time zone).
 EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
+# A window partition's rows held in a plain buffer before Spark moves it to a spillable one.
+WINDOW_ROWS_IN_MEMORY = 131_072
 DEFAULT_CONF = {
     DRIVER_OPTIONS: "-Duser.timezone=UTC",
     EXECUTOR_OPTIONS: "-Duser.timezone=UTC",
@@ -48,6 +50,14 @@ DEFAULT_CONF = {
     # same code (about 10 ms a class) and a process running batch after batch recompiled
     # all of it. Compiled classes are small (metaspace, not heap).
     "spark.sql.codegen.cache.maxEntries": "1000",
+    # The sessions' chains are a window over each user's events (every one of a user's dates
+    # in a rebuild). Past this many rows a window partition moves from a plain buffer to a
+    # spillable sorter, whose creation can fail outright when its task's sorts hold the
+    # memory (`UNABLE_TO_ACQUIRE_MEMORY`): Spark's 4,096 failed a 30-day range at the bench's
+    # full size, where the busiest users (bots) have about 4,400 events a month and 27,000 in
+    # 181 days, with the default 1 GB driver. 131,072 rows of events are about 50 MB: a
+    # partition that large still spills.
+    "spark.sql.windowExec.buffer.in.memory.threshold": str(WINDOW_ROWS_IN_MEMORY),
     # Spark's catalog makes its warehouse folder, `./spark-warehouse` by default, in whatever
     # directory a process started in (Delta Spark's catalog on every session, Spark Connect's
     # server). sessionize's tables are paths, so it stays empty: in the system temp.

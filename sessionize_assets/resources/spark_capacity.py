@@ -1,12 +1,12 @@
 """A Spark failure that more memory, or fewer dates per run, would avoid, said as what to change.
 
 Spark reports running out of room in its own words, far from the setting that decides it: an
-`OutOfMemoryError` in a task, "Not enough memory to build and broadcast the table", a Spark
-Connect server that died of it ("Cannot call methods on a stopped SparkContext"), or a plan
-that Spark Connect's messages cannot carry (a protobuf "Error parsing message",
-`RESOURCE_EXHAUSTED`). A lake step that meets one fails with `capacity_failure`'s message
-instead: which step, over which dates, what Spark said, and which setting to change. The
-original error stays chained below it.
+`OutOfMemoryError` in a task, an operator refused memory (`UNABLE_TO_ACQUIRE_MEMORY`), "Not
+enough memory to build and broadcast the table", a Spark Connect server that died of it
+("Cannot call methods on a stopped SparkContext"), or a plan that Spark Connect's messages
+cannot carry (a protobuf "Error parsing message", `RESOURCE_EXHAUSTED`). A lake step that
+meets one fails with `capacity_failure`'s message instead: which step, over which dates, what
+Spark said, and which setting to change. The original error stays chained below it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dagster import Failure, MetadataValue
 # stack trace, a Spark Connect one the server's message).
 OUT_OF_MEMORY = (
     "java.lang.OutOfMemoryError",
+    # Spark's own memory manager could not give a task's operator the room it asked for.
+    "UNABLE_TO_ACQUIRE_MEMORY",
     "Not enough memory to build and broadcast",
     "GC overhead limit exceeded",
 )

@@ -8,6 +8,7 @@ import pytest
 
 from sessionize_assets.resources.spark import (
     DRIVER_OPTIONS,
+    WINDOW_ROWS_IN_MEMORY,
     SparkResource,
     SparkServerUnavailable,
     class_archive_options,
@@ -31,6 +32,15 @@ def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
     assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MICROS"
     row = spark.sql("select to_date(timestamp'2026-01-01 23:30:00') as d").first()
     assert str(row.d) == "2026-01-01"
+
+
+def test_a_busy_users_window_stays_in_its_plain_buffer(spark_resource):
+    """Spark's 4,096 rows moved a bot's month of events to a spillable buffer whose creation
+    failed the bench's full size with a 1 GB driver: every session, the server's included,
+    holds WINDOW_ROWS_IN_MEMORY."""
+    threshold = "spark.sql.windowExec.buffer.in.memory.threshold"
+    assert spark_resource.session().conf.get(threshold) == str(WINDOW_ROWS_IN_MEMORY)
+    assert server_conf(Settings())[threshold] == str(WINDOW_ROWS_IN_MEMORY)
 
 
 def test_required_settings_cannot_be_overridden():
