@@ -240,7 +240,7 @@ def pair_placement(request, monkeypatch, pipeline: Pipeline) -> str:
     join; a small change's keys are found on the driver, a large one's by Spark: the same
     rules in every placement, under the same tests ("join": PUSHED_KEYS_TOTAL 0 forces the
     joins, `driver_write_bytes` 0 has Spark find the keys and write the rows, and
-    KEPT_IN_MEMORY_EVENTS 0 keeps a sessions run's frames on disk, as a large range's)."""
+    KEPT_IN_MEMORY_EVENTS below 0 keeps a sessions run's frames on disk, as a large range's)."""
     if request.param == "join":
         for module in (sessions_pipeline, sessions_diff, keyed_reads, check_scope):
             monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)

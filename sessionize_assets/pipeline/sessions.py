@@ -177,11 +177,8 @@ def update_sessions(
         return report
     report.pairs_recomputed = plan.pairs
     frames: list[DataFrame] = [plan.scope.pairs]
-    keep = _kept(store, plan, settings=settings)
     try:
-        events = _read_events(
-            store, plan, settings=settings, report=report, frames=frames, keep=keep
-        )
+        events, keep = _read_events(store, plan, settings=settings, report=report, frames=frames)
         built = sessions_with_quarantine(
             events,
             gap=settings.session_gap,
@@ -291,16 +288,6 @@ def _plan(
     )
 
 
-def _kept(store: DeltaStore, plan: _Plan, *, settings: Settings) -> StorageLevel:
-    """Where the run keeps the frames it reuses: in memory, spilling to disk, unless its
-    whole dates hold more than KEPT_IN_MEMORY_EVENTS events (from the log); then on disk."""
-    window = event_window(plan.scope.whole, settings)
-    whole = sum(store.row_counts(EVENTS, partitions=window).values()) if window else 0
-    return (
-        StorageLevel.MEMORY_AND_DISK if whole <= KEPT_IN_MEMORY_EVENTS else StorageLevel.DISK_ONLY
-    )
-
-
 def _read_events(
     store: DeltaStore,
     plan: _Plan,
@@ -308,11 +295,13 @@ def _read_events(
     settings: Settings,
     report: SessionsReport,
     frames: list[DataFrame],
-    keep: StorageLevel,
-) -> DataFrame:
+) -> tuple[DataFrame, StorageLevel]:
     """Every user's events around whole dates; elsewhere each touched pair's user's events in
     that pair's window, found by user (Parquet skips the other users' row groups). With a few
-    pairs on the driver, so are the users of each event date. Persisted frames go to `frames`."""
+    pairs on the driver, so are the users of each event date. Persisted frames go to `frames`.
+
+    Also where the run keeps the frames it reuses: in memory, spilling to disk, unless its
+    whole dates hold more than KEPT_IN_MEMORY_EVENTS events (from the log); then on disk."""
     whole, by_date = plan.scope.whole, plan.scope.listed
     columns = list(SESSION_EVENT_COLUMNS)
     whole_window = event_window(whole, settings)
@@ -336,8 +325,13 @@ def _read_events(
     lookup = read_by_keys(store, EVENTS, wanted=wanted, key="user_id", columns=columns)
     report.dates_searched_by_user = len(lookup.searched)
     report.users_looked_up = lookup.keys_pushed
-    report.events_rows_scanned = sum(
-        store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned]).values()
+    rows = store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned])
+    report.events_rows_scanned = sum(rows.values())
+    whole_rows = sum(rows.get(day.isoformat(), 0) for day in whole_window)
+    keep = (
+        StorageLevel.MEMORY_AND_DISK
+        if whole_rows <= KEPT_IN_MEMORY_EVENTS
+        else StorageLevel.DISK_ONLY
     )
     events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
     if plan.pairs:
@@ -345,7 +339,7 @@ def _read_events(
         # dates alone are not (every event of them, wide, held to be counted again by user).
         events = events.persist(keep)
         frames.append(events)
-    return events
+    return events, keep
 
 
 def _commit_sessions(
