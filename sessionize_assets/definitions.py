@@ -21,6 +21,7 @@ from sessionize_assets.assets.ingest import build_ingest_assets
 from sessionize_assets.assets.lifecycle import build_lifecycle_assets
 from sessionize_assets.assets.sessions import build_sessions_assets
 from sessionize_assets.checks import build_checks
+from sessionize_assets.checks.freshness import build_freshness_checks
 from sessionize_assets.erasure_jobs import (
     FINISH_ERASURES_JOB,
     FORGET_JOB,
@@ -28,6 +29,7 @@ from sessionize_assets.erasure_jobs import (
     build_forget_job,
 )
 from sessionize_assets.partitions import (
+    daily_figure_partitions,
     event_day_partitions,
     received_day_partitions,
     same_day_mapping,
@@ -68,7 +70,7 @@ AUTOMATION_SENSOR = "sessions_automation"
 # the rarer that needless run.
 AUTOMATION_INTERVALS = 4
 SESSION_ASSETS = ("sessions", "session_quarantine", "session_changes")
-# SPEC §9's summaries: brought up to date by every sessions run, after its sessions.
+# SPEC §9's summaries: brought up to date by summaries_job once the sessions are.
 SUMMARY_ASSETS = ("arrivals", "daily_sessions")
 # rebuild_job's run config. A caller that passes its own run config (logging, say) must merge
 # this in: Dagster drops a job's default config when a partitioned run is given any.
@@ -126,8 +128,10 @@ def resource_of(defs: Definitions, key: str, kind: type[R]) -> R:
 def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitions:
     received_days = received_day_partitions(settings)
     event_days = event_day_partitions(settings)
+    daily_days = daily_figure_partitions(settings)
     # The lifecycle's checks run inside its asset, on each run's result: not in checks_job.
     checks = build_checks(settings=settings)
+    freshness_checks, freshness_sensor = build_freshness_checks(settings=settings)
     maintenance_job = build_maintenance_job(settings)
     return Definitions(
         assets=[
@@ -139,7 +143,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                 partitions_def=event_days,
                 events_mapping=sessions_on_events_mapping(settings),
             ),
-            *build_summary_assets(settings=settings, partitions_def=event_days),
+            *build_summary_assets(settings=settings, partitions_def=daily_days),
             build_lifecycle_assets(
                 settings=settings,
                 partitions_def=received_days,
@@ -150,10 +154,11 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             define_asset_job(INGEST_JOB, selection=["raw_events", "rejected_events"]),
             # The identities absorb each events run's changes in the same run.
             define_asset_job(EVENTS_JOB, selection=["events", "user_identities"]),
-            define_asset_job(SESSIONS_JOB, selection=[*SESSION_ASSETS, *SUMMARY_ASSETS]),
+            define_asset_job(SESSIONS_JOB, selection=list(SESSION_ASSETS)),
             define_asset_job(
                 SUMMARIES_JOB,
-                selection=list(SUMMARY_ASSETS),
+                # The freshness check runs on its sensor's schedule, not in every run.
+                selection=AssetSelection.assets(*SUMMARY_ASSETS).without_checks(),
                 description="Bring arrivals and daily_sessions up to date with the lake.",
             ),
             define_asset_job(LIFECYCLE_JOB, selection=list(LIFECYCLE_ASSETS)),
@@ -161,7 +166,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             define_asset_job(
                 REBUILD_JOB,
                 selection=AssetSelection.assets(
-                    "events", "user_identities", *SESSION_ASSETS, *SUMMARY_ASSETS
+                    "events", "user_identities", *SESSION_ASSETS
                 ).without_checks(),
                 description="Recompute events and sessions of the selected days from raw_events.",
                 config=REBUILD_CONFIG,
@@ -171,7 +176,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             build_finish_erasures_job(),
         ],
         schedules=[build_maintenance_schedule(settings=settings, maintenance_job=maintenance_job)],
-        asset_checks=checks,
+        asset_checks=[*checks, *freshness_checks],
         sensors=[
             build_landing_sensor(
                 settings=settings, ingest_job_name=INGEST_JOB, received_days=received_days
@@ -199,7 +204,9 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
                     FINISH_ERASURES_JOB,
                 ),
                 session_days=event_days,
+                daily_days=daily_days,
             ),
+            freshness_sensor,
             build_erasure_sensor(
                 settings=settings,
                 finish_job_name=FINISH_ERASURES_JOB,

@@ -48,6 +48,24 @@ def event_day_partitions(settings: Settings) -> DailyPartitionsDefinition:
     return _utc_days(settings, end_offset=2)
 
 
+def daily_figure_partitions(settings: Settings) -> DailyPartitionsDefinition:
+    """The session days that are over, through yesterday: `daily_sessions`' partitions.
+
+    A day's figures are a partition once the day is over, which is when an analyst asks for
+    them and what the freshness check expects by its deadline: yesterday's. Today's and
+    tomorrow's rows are in the table as the lake holds them, shown once their day is over
+    (`sensors/behind.py`, `Behind.summary_dates`)."""
+    return _utc_days(settings, end_offset=0)
+
+
+def last_partition_through(partitions_def: DailyPartitionsDefinition, day: date) -> str | None:
+    """The latest partition key of `partitions_def` on or before `day` (None: none yet)."""
+    last = partitions_def.get_last_partition_key()
+    if last is None:
+        return None
+    return min(last, day.strftime(PARTITION_FORMAT))
+
+
 def _utc_days(settings: Settings, *, end_offset: int) -> DailyPartitionsDefinition:
     """UTC days from the start date to `end_offset` days past the last complete one."""
     return DailyPartitionsDefinition(

@@ -1,5 +1,6 @@
 """`sessionize rebuild`: recompute events and sessions of chosen days from raw, then correct
-the lifecycle snapshot (reported again from the first rebuilt day).
+the lifecycle snapshot (reported again from the first rebuilt day) and bring the summaries
+(`arrivals`, `daily_sessions`) up to date.
 
 The same `rebuild_job` runs from the UI (select days of `events` or `sessions`, launch it as a
 backfill); this is the command-line way, in-process, recorded in the Dagster instance.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import date
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, Definitions
 
 from sessionize_assets.assets.keys import SNAPSHOT_KEY
 from sessionize_assets.assets.reports import EventDateMetadata, SessionDateMetadata
@@ -23,17 +24,25 @@ from sessionize_assets.definitions import (
     REBUILD_JOB,
     SESSIONS_JOB,
     SESSIONS_REBUILD_CONFIG,
+    SUMMARIES_JOB,
     build_definitions,
     resource_of,
 )
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, RAW_EVENTS
 from sessionize_assets.lake.writer_lock import lake_writer
-from sessionize_assets.partitions import RANGE_END, RANGE_START, lifecycle_range
+from sessionize_assets.partitions import (
+    RANGE_END,
+    RANGE_START,
+    daily_figure_partitions,
+    last_partition_through,
+    lifecycle_range,
+)
 from sessionize_assets.replay.command import announce_daemon
 from sessionize_assets.replay.driver import QUIET
 from sessionize_assets.replay.results import failed_checks, flagged_partitions, run_succeeded
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.sensors.behind import latest_materialized_day
+from sessionize_assets.resources.landing import LandingZoneResource
+from sessionize_assets.sensors.behind import Behind, latest_materialized_day
 from sessionize_assets.settings import Settings
 
 
@@ -93,24 +102,48 @@ def rebuild(
     )
     if span is None:
         echo("the lifecycle snapshot needs no correction")
+    else:
+        echo(
+            f"correcting the lifecycle snapshot in a run over {span[0]}..{span[1]}, "
+            "which reports each of its days"
+        )
+        if not _run(defs, LIFECYCLE_JOB, span, settings=settings, instance=instance, echo=echo):
+            return False
+    summaries = daily_figure_partitions(settings)
+    behind = Behind(
+        settings=settings, lake=store, landing=resource_of(defs, "landing", LandingZoneResource)
+    ).summary_dates(instance, daily_days=summaries)
+    key = last_partition_through(summaries, behind[-1]) if behind else None
+    if key is None:
         return True
-    echo(
-        f"correcting the lifecycle snapshot in a run over {span[0]}..{span[1]}, "
-        "which reports each of its days"
-    )
+    echo(f"bringing arrivals and daily_sessions up to date on {len(behind)} dates")
+    day = date.fromisoformat(key)
+    return _run(defs, SUMMARIES_JOB, (day, day), settings=settings, instance=instance, echo=echo)
+
+
+def _run(
+    defs: Definitions,
+    job: str,
+    span: tuple[date, date],
+    *,
+    settings: Settings,
+    instance: DagsterInstance,
+    echo: Callable[[str], None],
+) -> bool:
+    """Run `job` over `span` in this process, holding the lake; say why if it failed."""
     with lake_writer(
         settings.lake_dir,
-        holder=f"sessionize rebuild (lifecycle {span[0]}..{span[1]})",
+        holder=f"sessionize rebuild ({job} {span[0]}..{span[1]})",
         on_wait=echo,
     ):
-        lifecycle = defs.resolve_job_def(LIFECYCLE_JOB).execute_in_process(
+        result = defs.resolve_job_def(job).execute_in_process(
             instance=instance,
             run_config=QUIET,
             raise_on_error=False,
             tags={RANGE_START: span[0].isoformat(), RANGE_END: span[1].isoformat()},
         )
-    if not run_succeeded(lifecycle):
-        why = failed_checks(lifecycle) or "see it in the Dagster UI"
-        echo(f"lifecycle run {lifecycle.run_id} failed: {why}")
+    if not run_succeeded(result):
+        why = failed_checks(result) or "see it in the Dagster UI"
+        echo(f"{job} run {result.run_id} failed: {why}")
         return False
     return True

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dagster import AssetKey
@@ -26,13 +27,22 @@ def test_definitions_load_with_documented_assets(settings):
             "session_changes",
             "user_lifecycle_state",
             "user_lifecycle_snapshot",
+            "arrivals",
+            "daily_sessions",
         )
     } == graph.get_all_asset_keys()
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         assert node.description, f"{key} needs a business description for the UI"
-        # One table of identities for every date (SPEC §3c); the others are by day.
-        assert (node.partitions_def is None) == (key.path == ["user_identities"])
+        # One table of identities for every date (SPEC §3c), one arrival curve; the others
+        # are by day.
+        assert (node.partitions_def is None) == (key.path in (["user_identities"], ["arrivals"]))
+    # The daily figures' partitions are the days that are over: yesterday's is the last.
+    daily = graph.get(AssetKey("daily_sessions")).partitions_def
+    sessions = graph.get(AssetKey("sessions")).partitions_def
+    yesterday = datetime.now(UTC).date() - timedelta(days=1)
+    assert daily.get_last_partition_key() == yesterday.isoformat()
+    assert sessions.get_last_partition_key() > daily.get_last_partition_key()
     job = defs.resolve_job_def(INGEST_JOB)
     assert job.executor_def.name == "in_process"
     first = job.partitions_def.get_first_partition_key()

@@ -301,15 +301,22 @@ class LifecycleRunMetadata(StepFigures):
 
 
 @metadata_record
-class ArrivalsDateMetadata(AssetRecord):
-    """An `arrivals` partition as the table holds it after the run."""
+class ArrivalsMetadata(AssetRecord):
+    """`arrivals` as the table holds it after the run, and the grace period it gives at R."""
 
     table: ClassVar[TableSpec] = ARRIVALS
-    row_count: int = entry(key=ROW_COUNT_KEY)  # one row per lag
+    row_count: int = entry(key=ROW_COUNT_KEY)  # one row per event date and lag
+    uri: str = entry(key=URI_KEY, shown=Shown.PATH)
+    event_dates: int
     events: int
-    on_time_share: float  # received on the day or before (lag <= 0)
-    events_by_lag: dict[str, int] = entry(shown=Shown.JSON)
-    counted: bool  # this run counted it again (its events changed)
+    event_dates_counted: int  # counted again by this run (their events changed)
+    latest_received: str  # R ("" before the first batch)
+    grace_period_days: int
+    reference_dates: str  # first..last
+    reference_events: int
+    # F(k), the share of the reference events at most k days late, for k up to the grace
+    # period (at most assets/daily.CURVE_SHOWN_DAYS).
+    completeness_by_lag: dict[str, float] = entry(shown=Shown.JSON)
 
 
 @metadata_record
@@ -333,20 +340,6 @@ class DailySessionsMetadata(AssetRecord):
     recomputed: bool  # this run aggregated it again (its sessions changed)
     restated: bool  # this run changed its status or expected completeness only
     summary: str = entry(shown=Shown.MARKDOWN)
-
-
-@metadata_record
-class DailyRunMetadata(StepFigures):
-    """The grace period a daily_sessions run applied, and what it changed."""
-
-    table: ClassVar[TableSpec] = DAILY_SESSIONS
-    latest_received: str  # R
-    grace_period_days: int
-    reference_dates: str  # first..last
-    reference_events: int
-    dates_recomputed: int
-    dates_restated: int
-    spark_jobs: int | None
 
 
 # -- erasures (SPEC §8): the output of forget_job's and finish_erasures_job's ops -------------

@@ -16,6 +16,7 @@ from datetime import date
 from dagster import (
     AssetKey,
     DagsterInstance,
+    DailyPartitionsDefinition,
     Definitions,
     ExecuteInProcessResult,
     JobDefinition,
@@ -43,7 +44,12 @@ from sessionize_assets.definitions import (
 )
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.lake.writer_lock import lake_writer
-from sessionize_assets.partitions import RANGE_END, RANGE_START, contiguous_ranges
+from sessionize_assets.partitions import (
+    RANGE_END,
+    RANGE_START,
+    contiguous_ranges,
+    last_partition_through,
+)
 from sessionize_assets.replay.results import (
     failed_checks,
     first_error,
@@ -170,6 +176,8 @@ class BatchDriver:
         )
         assert self.ingest.partitions_def is not None
         self.received_days: PartitionsDefinition = self.ingest.partitions_def
+        assert isinstance(self.summaries.partitions_def, DailyPartitionsDefinition)
+        self.daily_days = self.summaries.partitions_def
         self.late_data = SensorTicks(defs, instance, "late_data_sensor")
         self.lifecycle_sensor = SensorTicks(defs, instance, "lifecycle_sensor")
         self.automation = AutomationTicks(defs, instance)
@@ -258,13 +266,14 @@ class BatchDriver:
             lifecycle_ranges = [request.tags for request in self.lifecycle_sensor.tick()]
         for range_tags in lifecycle_ranges if ok else []:
             ok = run(self.lifecycle, range_tags[RANGE_START], range_tags[RANGE_END], range_tags)
-        # A sessions run brings the summaries up to date; with none, what moved them on (a
-        # batch that changed no event moves the dates' status) takes a run of its own, as the
-        # summaries sensor asks for.
-        if ok and not any(r.job_def.name == SESSIONS_JOB for r in runs):
-            behind = self.behind.summary_dates()
-            if behind:
-                ok = run(self.summaries, behind[-1].isoformat(), behind[-1].isoformat())
+        # Then the summaries, in one run, as the summaries sensor asks for once the sessions
+        # are up to date (a batch that changed no event moves the dates' status too).
+        summaries = (
+            self.behind.summary_dates(self.instance, daily_days=self.daily_days) if ok else []
+        )
+        key = last_partition_through(self.daily_days, summaries[-1]) if summaries else None
+        if key is not None:
+            ok = run(self.summaries, key, key)
         failed = next((r for r in runs if not run_succeeded(r)), None)
         sessions_figures = [f for r in runs for f in step_figures(r, SessionsRunMetadata)]
         return BatchOutcome(

@@ -12,9 +12,16 @@ from collections.abc import Mapping
 from datetime import date
 
 import pyarrow as pa
-from dagster import AssetKey, DagsterEventType, DagsterInstance, PartitionsDefinition
+from dagster import (
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    DailyPartitionsDefinition,
+    PartitionsDefinition,
+)
 from deltalake.exceptions import DeltaError
 
+from sessionize_assets.assets.daily import unreported_dates
 from sessionize_assets.assets.keys import EVENTS_KEY, RAW_EVENTS_KEY, SESSIONS_KEY, SNAPSHOT_KEY
 from sessionize_assets.lake.store import DeltaStore, LakeError, TableSpec
 from sessionize_assets.lake.tables import (
@@ -110,12 +117,16 @@ class Behind:
             if day <= last
         }
 
-    def summary_dates(self) -> list[date]:
-        """The dates of `arrivals` or `daily_sessions` behind the lake (`pipeline/daily.py`):
-        what a summaries run brings up to date."""
+    def summary_dates(
+        self, instance: DagsterInstance, *, daily_days: DailyPartitionsDefinition
+    ) -> list[date]:
+        """The dates of `arrivals` or `daily_sessions` behind the lake (`pipeline/daily.py`),
+        and the `daily_sessions` partitions `instance` shows behind their sessions
+        (`assets/daily.unreported_dates`): what a summaries run brings up to date and reports."""
         arrivals = sources_behind(self._lake, ARRIVALS)
         daily = daily_behind(self._lake, self._settings)
-        return sorted({*arrivals.dates, *daily.dates})
+        unreported = unreported_dates(instance, daily_days)
+        return sorted({*arrivals.dates, *daily.dates, *unreported})
 
     def lifecycle_versions(self) -> list[int | None] | None:
         """[sessions version, sessions version the lifecycle's intervals absorbed] when the

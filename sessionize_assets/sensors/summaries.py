@@ -1,16 +1,18 @@
-"""summaries_sensor: a `summaries_job` run when arrivals or daily_sessions are behind the lake
-and no other run will bring them up to date.
+"""summaries_sensor: a `summaries_job` run when arrivals or daily_sessions are behind the lake.
 
-Every sessions run brings both summaries up to date after its sessions, so this sensor is for
-what no sessions run follows: R moved on with a batch that changed no event (an empty folder),
-which changes statuses only, and a run that died between its commits. It waits while any run
-that writes the lake is going, and while events or sessions are behind (their runs will come,
-and update the summaries).
+It is how the summaries follow every change: a sessions run (late events, a relabel, an
+erasure), a batch that changed no event but moved R on (statuses only), a day that is over
+(its partition is reported), a run that died between its commits. It waits while any run that
+writes the lake is going, and while events or sessions are behind (their runs come first), so
+one summaries run follows a batch's sessions runs, however many.
 """
 
 from __future__ import annotations
 
+from datetime import date
+
 from dagster import (
+    DailyPartitionsDefinition,
     PartitionsDefinition,
     SensorDefinition,
     SensorEvaluationContext,
@@ -18,6 +20,7 @@ from dagster import (
     SkipReason,
 )
 
+from sessionize_assets.partitions import last_partition_through
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.sensors.behind import Behind
@@ -31,15 +34,15 @@ def build_summaries_sensor(
     summaries_job_name: str,
     lake_jobs: tuple[str, ...],
     session_days: PartitionsDefinition,
+    daily_days: DailyPartitionsDefinition,
 ) -> SensorDefinition:
     @pipeline_sensor(
         name="summaries_sensor",
         job_name=summaries_job_name,
         settings=settings,
         description=(
-            "When arrivals or daily_sessions are behind the lake with no run to come (a batch "
-            "that changed no event moved the dates' status on; a run died between commits), "
-            "one run brings every date behind up to date and reports each."
+            "When arrivals or daily_sessions are behind the lake and no events or sessions "
+            "run is to come, one run brings every date behind up to date and reports each."
         ),
     )
     def summaries_sensor(
@@ -53,12 +56,15 @@ def build_summaries_sensor(
             context.instance, session_days=session_days
         ):
             return SkipReason("events or sessions are behind: their runs update the summaries")
-        dates = behind.summary_dates()
+        dates = behind.summary_dates(context.instance, daily_days=daily_days)
         if not dates:
             return SkipReason("arrivals and daily_sessions match the lake")
         # One run: its steps update every date behind, wherever it is, and report each. Its
-        # partition is the latest of them, so Dagster plans one partition, not a range.
-        last = dates[-1]
+        # partition is the latest of them that is a partition, so Dagster plans one.
+        key = last_partition_through(daily_days, dates[-1])
+        if key is None:
+            return SkipReason(f"{len(dates)} dates behind, and no day is over yet to run on")
+        last = date.fromisoformat(key)
         state = digest(sorted(map(str, dates)))
         request = state_request(
             context, settings, job_name=summaries_job_name, state=state, first=last, last=last
