@@ -20,6 +20,7 @@ from sessionize_assets.checks import scope as check_scope
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.pipeline import keyed_reads, sessions_diff
 from sessionize_assets.pipeline import sessions as sessions_pipeline
+from sessionize_assets.resources import spark as spark_resource_module
 from sessionize_assets.resources.spark import (
     DEFAULT_CONF,
     DRIVER_OPTIONS,
@@ -240,11 +241,13 @@ def pair_placement(request, monkeypatch, pipeline: Pipeline) -> str:
     join; a small change's keys are found on the driver, a large one's by Spark: the same
     rules in every placement, under the same tests ("join": PUSHED_KEYS_TOTAL 0 forces the
     joins, `driver_write_bytes` 0 has Spark find the keys and write the rows, and
-    KEPT_IN_MEMORY_EVENTS below 0 keeps a sessions run's frames on disk, as a large range's)."""
+    KEPT_IN_MEMORY_EVENTS below 0 keeps a sessions run's frames on disk, and
+    SHUFFLE_PARTITION_ROWS of 500 gives its shuffles more partitions, as a large range's)."""
     if request.param == "join":
         for module in (sessions_pipeline, sessions_diff, keyed_reads, check_scope):
             monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)
         monkeypatch.setattr(sessions_pipeline, "KEPT_IN_MEMORY_EVENTS", -1)
+        monkeypatch.setattr(spark_resource_module, "SHUFFLE_PARTITION_ROWS", 500)
         pipeline.settings = replace(pipeline.settings, driver_write_bytes=0)
         pipeline.store = type(pipeline.store)(
             spark=pipeline.spark, lake=pipeline.settings.lake_dir, driver_write_bytes=0

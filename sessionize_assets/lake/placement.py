@@ -9,6 +9,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sessionize_assets.resources.spark import SHUFFLE_PARTITIONS
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -102,4 +104,4 @@ def laid_out(spec: TableSpec, df: DataFrame) -> DataFrame:
 
 def shuffle_partitions(df: DataFrame) -> int:
     """The partitions a shuffle of `df`'s session makes (`spark.sql.shuffle.partitions`)."""
-    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 0)
+    return int(df.sparkSession.conf.get(SHUFFLE_PARTITIONS) or 0)

@@ -76,6 +76,7 @@ from sessionize_assets.pipeline.touched import (
     TouchedPairs,
     touched_pairs,
 )
+from sessionize_assets.resources.spark import shuffle_partitions_for
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.identities import stitch
 from sessionize_assets.transforms.sessions import (
@@ -178,38 +179,45 @@ def update_sessions(
     report.pairs_recomputed = plan.pairs
     frames: list[DataFrame] = [plan.scope.pairs]
     try:
-        events, keep = _read_events(store, plan, settings=settings, report=report, frames=frames)
-        built = sessions_with_quarantine(
-            events,
-            gap=settings.session_gap,
-            max_length=settings.max_session_length,
-            conversion_events=settings.conversion_events,
-            session_dates=plan.computed,
+        events, whole_rows = _read_events(
+            store, plan, settings=settings, report=report, frames=frames
         )
-        identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
-        # Kept with the quarantine's columns: both tables' rows come from it, the chains once.
-        stitched = stitch(plan.scope.within(built), identities).persist(keep)
-        frames.append(stitched)
-        sessions, quarantine = split_quarantine(stitched)
-        flagged = _commit_sessions(
-            store,
-            spark,
-            plan,
-            events=events,
-            sessions=sessions,
-            relabel=relabel,
-            commit=_Commit(tags=tags, read_version=read_at[SESSIONS], run_id=run_id),
-            report=report,
-            frames=frames,
-            keep=keep,
-        )
-        _commit_quarantine(
-            store,
-            plan,
-            quarantine,
-            flagged=flagged,
-            commit=_Commit(tags=tags, read_version=read_at[SESSION_QUARANTINE], run_id=run_id),
-        )
+        keep = _kept_at(whole_rows)
+        # Spark plans a kept frame when it is kept, and an action when it runs: all of them
+        # from here on have shuffles sized for the run.
+        with shuffle_partitions_for(spark, rows=whole_rows):
+            built = sessions_with_quarantine(
+                events,
+                gap=settings.session_gap,
+                max_length=settings.max_session_length,
+                conversion_events=settings.conversion_events,
+                session_dates=plan.computed,
+            )
+            identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
+            # Kept with the quarantine's columns: both tables' rows come from it, the chains
+            # once.
+            stitched = stitch(plan.scope.within(built), identities).persist(keep)
+            frames.append(stitched)
+            sessions, quarantine = split_quarantine(stitched)
+            flagged = _commit_sessions(
+                store,
+                spark,
+                plan,
+                events=events,
+                sessions=sessions,
+                relabel=relabel,
+                commit=_Commit(tags=tags, read_version=read_at[SESSIONS], run_id=run_id),
+                report=report,
+                frames=frames,
+                keep=keep,
+            )
+            _commit_quarantine(
+                store,
+                plan,
+                quarantine,
+                flagged=flagged,
+                commit=_Commit(tags=tags, read_version=read_at[SESSION_QUARANTINE], run_id=run_id),
+            )
         report.sessions_version = store.version(SESSIONS)
     finally:
         for frame in frames:
@@ -295,13 +303,12 @@ def _read_events(
     settings: Settings,
     report: SessionsReport,
     frames: list[DataFrame],
-) -> tuple[DataFrame, StorageLevel]:
+) -> tuple[DataFrame, int]:
     """Every user's events around whole dates; elsewhere each touched pair's user's events in
     that pair's window, found by user (Parquet skips the other users' row groups). With a few
     pairs on the driver, so are the users of each event date. Persisted frames go to `frames`.
 
-    Also where the run keeps the frames it reuses: in memory, spilling to disk, unless its
-    whole dates hold more than KEPT_IN_MEMORY_EVENTS events (from the log); then on disk."""
+    Also the events the whole dates' windows hold (from the log): what sizes the run."""
     whole, by_date = plan.scope.whole, plan.scope.listed
     columns = list(SESSION_EVENT_COLUMNS)
     whole_window = event_window(whole, settings)
@@ -328,18 +335,23 @@ def _read_events(
     rows = store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned])
     report.events_rows_scanned = sum(rows.values())
     whole_rows = sum(rows.get(day.isoformat(), 0) for day in whole_window)
-    keep = (
-        StorageLevel.MEMORY_AND_DISK
-        if whole_rows <= KEPT_IN_MEMORY_EVENTS
-        else StorageLevel.DISK_ONLY
-    )
     events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
     if plan.pairs:
         # Found by user: kept, so the summary's count does not run the lookup again. Whole
         # dates alone are not (every event of them, wide, held to be counted again by user).
-        events = events.persist(keep)
+        events = events.persist(_kept_at(whole_rows))
         frames.append(events)
-    return events, keep
+    return events, whole_rows
+
+
+def _kept_at(whole_rows: int) -> StorageLevel:
+    """Where a run whose whole dates' windows hold `whole_rows` events keeps the frames it
+    reuses: in memory, spilling to disk, up to KEPT_IN_MEMORY_EVENTS; past it, on disk."""
+    return (
+        StorageLevel.MEMORY_AND_DISK
+        if whole_rows <= KEPT_IN_MEMORY_EVENTS
+        else StorageLevel.DISK_ONLY
+    )
 
 
 def _commit_sessions(

@@ -33,6 +33,7 @@ REQUIRED_CONF = {
 }
 # The driver JVM's options: the time zone, and the class archive (`class_archive_options`).
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # The executors' JVM options (the time zone).
 EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
 # A window partition's rows held in a plain buffer before Spark moves it to a spillable one.
@@ -42,7 +43,7 @@ DEFAULT_CONF = {
     EXECUTOR_OPTIONS: "-Duser.timezone=UTC",
     # Daily partitions are small; 200 shuffle partitions would mostly schedule empty tasks.
     # In local mode: one per core (`local_cores`).
-    "spark.sql.shuffle.partitions": "8",
+    SHUFFLE_PARTITIONS: "8",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
     # Spark compiles each query's generated code, and keeps the classes by their source text;
@@ -190,7 +191,7 @@ def spark_config(
     if master.startswith("local"):
         cores = str(local_cores(master))
         config |= LOCAL_CONF | {
-            "spark.sql.shuffle.partitions": cores,
+            SHUFFLE_PARTITIONS: cores,
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": cores,
         }
     if jars:
@@ -312,6 +313,32 @@ def _set_hadoop_conf(spark: SparkSession, config: Mapping[str, object]) -> None:
 
 
 _HADOOP = "spark.hadoop."
+
+
+# A large run's shuffles hold about this many rows a partition. In local mode a shuffle has
+# one partition per core (LOCAL_CONF), right for a daily batch's few hundred thousand rows,
+# but a range of months then sorts millions of wide rows a task: the bench's full size, with
+# the default 1 GB driver, failed a 180-date sessions run at `4bf1600` merging the spills of
+# its 5 M events a task (heap space, in Spark's spill readers).
+SHUFFLE_PARTITION_ROWS = 250_000
+
+
+@contextmanager
+def shuffle_partitions_for(spark: SparkSession, *, rows: int) -> Iterator[int]:
+    """Within the block, Spark's shuffles have enough partitions for `rows` (about
+    SHUFFLE_PARTITION_ROWS each), never fewer than the session's setting, which is restored
+    after. Yields the partitions used. Spark reads the setting when it plans an action, so
+    the block must hold the actions (and first uses of persisted frames) it is for."""
+    current = int(spark.conf.get(SHUFFLE_PARTITIONS) or 0)
+    wanted = max(current, -(-rows // SHUFFLE_PARTITION_ROWS))
+    if wanted == current:
+        yield current
+        return
+    spark.conf.set(SHUFFLE_PARTITIONS, str(wanted))
+    try:
+        yield wanted
+    finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, str(current))
 
 
 @contextmanager

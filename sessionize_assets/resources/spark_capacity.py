@@ -44,13 +44,18 @@ def capacity_failure(
     is a local driver's (`SESSIONIZE_SPARK_CONF`'s `spark.driver.memory`), a Spark Connect
     server's (`SESSIONIZE_SPARK_SERVER_MEMORY`) or a cluster's executors'.
     """
-    text = str(error)
+    text = _chain_text(error)
     if any(sign in text for sign in PLAN_TOO_LARGE):
         what = "a query too large for Spark Connect's messages"
         change = [_fewer_dates(dates)]
     elif any(sign in text for sign in (*OUT_OF_MEMORY, *SERVER_GONE)):
+        stopped = (
+            "its Spark Connect server stopped"
+            if spark_config.get("spark.remote")
+            else "its Spark driver stopped"
+        )
         what = "Spark ran out of memory" + (
-            " (its Spark Connect server stopped)" if any(s in text for s in SERVER_GONE) else ""
+            f" ({stopped})" if any(s in text for s in SERVER_GONE) else ""
         )
         change = [_more_memory(spark_config), _fewer_dates(dates)]
     else:
@@ -97,6 +102,18 @@ def _fewer_dates(dates: list[date]) -> str:
         f"cover fewer dates per run (SESSIONIZE_MAX_PARTITIONS_PER_RUN, under {len(dates)}; "
         "for a backlog of landing folders, land fewer folders at once)"
     )
+
+
+def _chain_text(error: BaseException) -> str:
+    """The texts of `error` and the errors it was raised from or while handling, the first
+    raised first: a step's cleanup that meets a Spark stopped by running out of memory raises
+    "stopped SparkContext" over the `OutOfMemoryError` that stopped it."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return "\n".join(str(each) for each in reversed(chain))
 
 
 def _first_line(text: str) -> str:

@@ -8,6 +8,8 @@ import pytest
 
 from sessionize_assets.resources.spark import (
     DRIVER_OPTIONS,
+    SHUFFLE_PARTITION_ROWS,
+    SHUFFLE_PARTITIONS,
     WINDOW_ROWS_IN_MEMORY,
     SparkResource,
     SparkServerUnavailable,
@@ -18,6 +20,7 @@ from sessionize_assets.resources.spark import (
     delta_jars,
     local_cores,
     s3a_jars,
+    shuffle_partitions_for,
     spark_config,
 )
 from sessionize_assets.settings import Settings
@@ -41,6 +44,19 @@ def test_a_busy_users_window_stays_in_its_plain_buffer(spark_resource):
     threshold = "spark.sql.windowExec.buffer.in.memory.threshold"
     assert spark_resource.session().conf.get(threshold) == str(WINDOW_ROWS_IN_MEMORY)
     assert server_conf(Settings())[threshold] == str(WINDOW_ROWS_IN_MEMORY)
+
+
+def test_a_large_run_shuffles_into_partitions_sized_for_its_rows(spark):
+    """Sized within the block, never below the session's setting, restored after."""
+    before = spark.conf.get(SHUFFLE_PARTITIONS)
+    with shuffle_partitions_for(spark, rows=10 * SHUFFLE_PARTITION_ROWS + 1) as partitions:
+        assert partitions == 11
+        assert spark.conf.get(SHUFFLE_PARTITIONS) == "11"
+        assert spark.range(100).repartition("id").rdd.getNumPartitions() == 11
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == before
+    with shuffle_partitions_for(spark, rows=1) as partitions:
+        assert partitions == int(before)
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == before
 
 
 def test_required_settings_cannot_be_overridden():

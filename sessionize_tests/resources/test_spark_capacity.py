@@ -74,6 +74,24 @@ def test_out_of_memory_on_a_local_driver_names_its_memory_and_the_dates_per_run(
     assert sized is not None and "(now 4g)" in (sized.description or "")
 
 
+def test_a_local_driver_stopped_by_running_out_of_memory_says_so_and_what_spark_said():
+    """The step's cleanup meets the stopped driver and raises over the OutOfMemoryError that
+    stopped it (the full size's 180-date sessions run at `4bf1600`): the failure names the
+    local driver's memory and Spark's own first words."""
+    try:
+        try:
+            raise RuntimeError(HEAP)
+        finally:
+            raise RuntimeError("An error occurred while calling o14396.unpersist.\n" + SERVER_DIED)
+    except RuntimeError as error:
+        failure = capacity_failure(error, step="sessions", dates=DATES, spark_config=LOCAL)
+    assert failure is not None
+    said = failure.description or ""
+    assert "Spark ran out of memory (its Spark driver stopped)" in said
+    assert "spark.driver.memory" in said and "SERVER_MEMORY" not in said
+    assert "OutOfMemoryError" in failure.metadata["spark said"].value
+
+
 @pytest.mark.parametrize(
     ("text", "says", "names", "does_not_name"),
     [
