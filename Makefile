@@ -13,6 +13,10 @@ DEMO_DAYS ?= 14
 DEMO_START_FILE := $(DAGSTER_HOME_DIR)/demo_start
 DEMO_START ?= $(shell cat $(DEMO_START_FILE) 2>/dev/null || date -u -d "-$(DEMO_DAYS) days" +%F)
 DEMO_USERS ?= 300
+# The demo's two weeks are shorter than the lateness horizon and window (28 + 28 days) the
+# grace period is learned from by default, which would leave every day provisional: the demo
+# learns it from 3 to 9 days back (docs/daily.md).
+DEMO_LATENESS := SESSIONIZE_LATENESS_HORIZON_DAYS=3 SESSIONIZE_LATENESS_WINDOW_DAYS=7
 DEMO_SEED ?= 7
 
 # The Delta Lake jars for Spark: the release built for the installed pyspark (Delta 4.0.x for
@@ -127,7 +131,10 @@ demo: java $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 		--start $(DEMO_START) --days $(DEMO_DAYS) --users $(DEMO_USERS) --seed $(DEMO_SEED)
 	@# The history is a backlog: its batches go together, as the landing sensor takes folders it
 	@# finds at one tick (one range run per step). make demo-day then lands one daily batch.
-	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize replay --at-once
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(DEMO_LATENESS) \
+		$(BIN)/sessionize replay --at-once
+	@echo
+	@$(DEMO_LATENESS) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize daily --days 7
 	@echo
 	@echo "Open the Dagster UI on this history:  make ui   (then http://127.0.0.1:3000)"
 	@echo "Then land the next day's batch:        make demo-day   (the sensors take it from there)"
@@ -141,7 +148,8 @@ demo-day: $(STAMP)
 # `sessionize dev`: dagster dev, and a Spark Connect server its runs share (started before it,
 # stopped with it; its output in DAGSTER_HOME/spark-server.log). docs/spark-server.md.
 ui: java $(STAMP) $(JVM_ARCHIVE) $(DAGSTER_HOME_DIR)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(BIN)/sessionize dev -h 127.0.0.1 -p 3000
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(DEMO_LATENESS) \
+		$(BIN)/sessionize dev -h 127.0.0.1 -p 3000
 
 # Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.
 SCREENSHOT ?= /tmp/sessionize.png

@@ -107,6 +107,32 @@ def _forget(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _daily(args: argparse.Namespace) -> int:
+    from sessionize_assets.definitions import build_resources
+    from sessionize_assets.pipeline.daily import current_grace_period, latest_days
+
+    settings = Settings.from_env()
+    store = build_resources(settings, spark_ui=False)["lake"].store()
+    grace = current_grace_period(store, settings)
+    if grace is None:
+        print("no batch ingested yet")
+        return 0
+    rows = latest_days(store, days=args.days)
+    print(
+        f"daily_sessions, the last {len(rows)} days (R = {grace.latest_received}, grace period "
+        f"{grace.days} days, learned from {grace.reference_events} events of "
+        f"{grace.first_reference}..{grace.last_reference}):"
+    )
+    print(f"{'date':<10}  {'sessions':>8}  {'users':>6}  {'conversions':>11}  status")
+    for row in rows:
+        print(
+            f"{row['session_date']!s:<10}  {row['sessions']:>8}  {row['users']:>6}  "
+            f"{row['conversions']:>11}  {row['status']} "
+            f"({row['expected_completeness']:.1%} of its events expected in)"
+        )
+    return 0
+
+
 def _spark_server(args: argparse.Namespace) -> int:
     from sessionize_assets.spark_server import running_server
 
@@ -375,6 +401,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a userId or anonymousId to erase (repeat for several)",
     )
     forget.set_defaults(run=_forget)
+
+    daily = commands.add_parser(
+        "daily",
+        help="print the last days of daily_sessions: figures, and whether each is complete or "
+        "still provisional (SPEC §9; docs/daily.md)",
+    )
+    daily.add_argument("--days", type=int, default=7, help="how many days (default: 7)")
+    daily.set_defaults(run=_daily)
 
     server = commands.add_parser(
         "spark-server",

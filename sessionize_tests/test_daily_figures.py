@@ -11,9 +11,11 @@ import pytest
 from dagster import AssetKey, DagsterInstance, instance_for_test
 
 from sessionize_assets.assets.reports import ArrivalsMetadata, DailySessionsMetadata
+from sessionize_assets.cli import main
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import ARRIVALS, DAILY_SESSIONS
+from sessionize_assets.pipeline.daily import current_grace_period
 from sessionize_assets.replay.command import replay
 from sessionize_assets.transforms.completeness import COMPLETE, PROVISIONAL
 from sessionize_assets.transforms.daily import ALL_CHANNELS
@@ -28,7 +30,7 @@ DAYS = 8
 
 
 def test_three_steps_of_a_replay_keep_the_summaries_exact_and_an_empty_batch_completes_dates(
-    spark, tmp_path
+    spark, tmp_path, monkeypatch, capsys
 ):
     # H = 2, W = 3: from the sixth batch on the reference dates hold events, so the grace
     # period is learned, and dates turn complete as R moves on.
@@ -65,6 +67,27 @@ def test_three_steps_of_a_replay_keep_the_summaries_exact_and_an_empty_batch_com
         assert completed, (before, after)
         assert all(after[d][1] >= before[d][1] for d in after)
         _assert_the_ui_shows_the_tables(instance, store)
+
+    # `sessionize daily` (what `make demo` ends with) prints the last days as the table holds them.
+    for name, value in {
+        "SESSIONIZE_LAKE_DIR": settings.lake_dir,
+        "SESSIONIZE_START_DATE": START,
+        "SESSIONIZE_LATENESS_HORIZON_DAYS": 2,
+        "SESSIONIZE_LATENESS_WINDOW_DAYS": 3,
+    }.items():
+        monkeypatch.setenv(name, str(value))
+    capsys.readouterr()
+    assert main(["daily", "--days", "3"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    grace = current_grace_period(store, settings)
+    assert grace is not None
+    assert printed[0].startswith(
+        f"daily_sessions, the last 3 days (R = {START + timedelta(days=DAYS)}, grace period "
+        f"{grace.days} days"
+    )
+    last = sorted(after)[-3:]
+    assert [line.split()[0] for line in printed[2:]] == [str(day) for day in last]
+    assert [line.split()[4] for line in printed[2:]] == [after[day][0] for day in last]
 
 
 def _statuses(store: EmbeddedDeltaStore) -> dict[date, tuple[str, float]]:

@@ -184,6 +184,13 @@ def update_daily(store: DeltaStore, *, settings: Settings, run_id: str) -> Daily
     return DailyReport(recomputed=recomputed, restated=restated, grace=grace)
 
 
+def latest_days(store: DeltaStore, *, days: int) -> list[dict]:
+    """The `(all)` rows of the latest `days` session dates `daily_sessions` holds, oldest
+    first: what `sessionize daily` prints."""
+    rows = store.read_arrow(DAILY_SESSIONS, where=pc.field("channel") == ALL_CHANNELS).to_pylist()
+    return sorted(rows, key=lambda row: row["session_date"])[-days:] if days > 0 else []
+
+
 def _fingerprint(files: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(files)).encode()).hexdigest()
 
