@@ -313,7 +313,13 @@ def _timed(label: str) -> Iterator[None]:
     print(f"{label} ...", flush=True)
     started = time.perf_counter()
     yield
-    print(f"  done in {time.perf_counter() - started:.1f}s", flush=True)
+    # The peak so far, after each phase: the phase that raised it is the one that held it.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"  done in {time.perf_counter() - started:.1f}s; the Python process's peak so far: "
+        f"{peak:,.0f} MB",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
