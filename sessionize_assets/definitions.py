@@ -61,6 +61,18 @@ LIFECYCLE_JOB = "lifecycle_job"
 SUMMARIES_JOB = "summaries_job"
 CHECKS_JOB = "checks_job"
 REBUILD_JOB = "rebuild_job"
+# The jobs whose runs write the lake: a sensor that must see the lake at rest (the summaries'
+# and the erasures') waits while a run of any of them is going.
+LAKE_JOBS = (
+    INGEST_JOB,
+    EVENTS_JOB,
+    SESSIONS_JOB,
+    LIFECYCLE_JOB,
+    SUMMARIES_JOB,
+    REBUILD_JOB,
+    FORGET_JOB,
+    FINISH_ERASURES_JOB,
+)
 AUTOMATION_SENSOR = "sessions_automation"
 # Automation on sessions ticks every this many sensor intervals. It is the backstop: the
 # stale_sessions_sensor requests the same dates as a range run as soon as an events run ends,
@@ -194,15 +206,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             build_summaries_sensor(
                 settings=settings,
                 summaries_job_name=SUMMARIES_JOB,
-                lake_jobs=(
-                    INGEST_JOB,
-                    EVENTS_JOB,
-                    SESSIONS_JOB,
-                    LIFECYCLE_JOB,
-                    REBUILD_JOB,
-                    FORGET_JOB,
-                    FINISH_ERASURES_JOB,
-                ),
+                lake_jobs=LAKE_JOBS,
                 session_days=event_days,
                 daily_days=daily_days,
             ),
@@ -210,14 +214,7 @@ def build_definitions(settings: Settings, *, spark_ui: bool = True) -> Definitio
             build_erasure_sensor(
                 settings=settings,
                 finish_job_name=FINISH_ERASURES_JOB,
-                lake_jobs=(
-                    INGEST_JOB,
-                    EVENTS_JOB,
-                    SESSIONS_JOB,
-                    LIFECYCLE_JOB,
-                    REBUILD_JOB,
-                    SUMMARIES_JOB,
-                ),
+                lake_jobs=LAKE_JOBS,
                 session_days=event_days,
             ),
             # Declared so automation runs on a fresh `dagster dev` (the implicit one is STOPPED).

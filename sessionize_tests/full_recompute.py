@@ -64,14 +64,7 @@ def differences(
     found: list[str] = []
 
     def compare(table: str, got: Iterable[object], expected: Iterable[object]) -> None:
-        got_rows, expected_rows = Counter(got), Counter(expected)
-        if got_rows != expected_rows:
-            missing = sorted((expected_rows - got_rows).elements(), key=repr)
-            unexpected = sorted((got_rows - expected_rows).elements(), key=repr)
-            found.append(
-                f"{table}: {len(missing)} rows missing {missing[:SHOWN]}, "
-                f"{len(unexpected)} unexpected {unexpected[:SHOWN]}"
-            )
+        found.extend(row_differences(table, got, expected))
 
     compare(
         EVENTS.name,
@@ -186,7 +179,7 @@ def summary_differences(
         target=lateness.target,
     )
     expected = reference_daily(sessions, latest=latest, status=status)
-    rows = Counter(
+    rows = (
         (
             r.session_date,
             r.channel,
@@ -203,14 +196,20 @@ def summary_differences(
         )
         for r in table_rows(store, DAILY_SESSIONS)
     )
-    if rows != expected:
-        missing = sorted((expected - rows).elements(), key=repr)
-        unexpected = sorted((rows - expected).elements(), key=repr)
-        found.append(
-            f"{DAILY_SESSIONS.name}: {len(missing)} rows missing {missing[:SHOWN]}, "
-            f"{len(unexpected)} unexpected {unexpected[:SHOWN]}"
-        )
-    return found
+    return found + row_differences(DAILY_SESSIONS.name, rows, expected)
+
+
+def row_differences(table: str, got: Iterable[object], expected: Iterable[object]) -> list[str]:
+    """One line naming the rows missing and unexpected, when the two bags of rows differ."""
+    got_rows, expected_rows = Counter(got), Counter(expected)
+    if got_rows == expected_rows:
+        return []
+    missing = sorted((expected_rows - got_rows).elements(), key=repr)
+    unexpected = sorted((got_rows - expected_rows).elements(), key=repr)
+    return [
+        f"{table}: {len(missing)} rows missing {missing[:SHOWN]}, "
+        f"{len(unexpected)} unexpected {unexpected[:SHOWN]}"
+    ]
 
 
 def intervals(store: DeltaStore) -> set[tuple]:
