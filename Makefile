@@ -154,8 +154,10 @@ ui: java $(STAMP) $(JVM_ARCHIVE) $(DAGSTER_HOME_DIR)/dagster.yaml
 # Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.
 SCREENSHOT ?= /tmp/sessionize.png
 # The lineage graph, sessions' partitions and one of them, the snapshot's plots, the sensors,
-# the landing sensor's ticks and the runs it launched.
-SCREENSHOT_PAGES ?= graph partitions partition plots sensors landing_sensor landing_runs
+# the landing sensor's ticks and the runs it launched; daily_sessions' partition, plots and
+# freshness check, and the grace period in arrivals' metadata.
+SCREENSHOT_PAGES ?= graph partitions partition plots sensors landing_sensor landing_runs \
+	daily_partition daily_plots freshness arrivals
 screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
 		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
@@ -165,7 +167,8 @@ screenshot: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 			exit 1; \
 		fi; \
 	fi
-	SESSIONIZE_START_DATE=$(DEMO_START) PYTHONPATH=$(CURDIR) $(BIN)/python scripts/screenshot_ui.py \
+	SESSIONIZE_START_DATE=$(DEMO_START) $(DEMO_LATENESS) PYTHONPATH=$(CURDIR) \
+		$(BIN)/python scripts/screenshot_ui.py \
 		--dagster-home $(DAGSTER_HOME_DIR) --out $(SCREENSHOT) \
 		$(foreach page,$(SCREENSHOT_PAGES),--page $(page))
 

@@ -60,6 +60,20 @@ PAGES = {
         click="Plots",
         height=2400,
     ),
+    # SPEC §9's daily figures: yesterday's partition (its figures, status and expected
+    # completeness), the figures plotted over the dates, the freshness check's latest result,
+    # and the grace period in the arrivals' metadata.
+    "daily_partition": Page(
+        "/assets/daily_sessions?view=partitions&partition={day}", ready="expected_completeness"
+    ),
+    "daily_plots": Page(
+        "/assets/daily_sessions?view=overview",
+        ready="expected_completeness",
+        click="Plots",
+        height=2400,
+    ),
+    "freshness": Page("/assets/daily_sessions?view=checks", ready="freshness_check"),
+    "arrivals": Page("/assets/arrivals?view=overview", ready="grace_period_days", height=1400),
     "sensors": Page("/automation", ready="landing_sensor"),
     "landing_sensor": Page("/locations/sessionize/sensors/landing_sensor", ready="runs requested"),
     # The runs the landing sensor launched (its Runs view).
