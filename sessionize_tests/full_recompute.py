@@ -40,6 +40,8 @@ from sessionize_tests.daily_reference import (
 from sessionize_tests.lifecycle_reference import lifecycle_reference, reference_intervals
 from sessionize_tests.reference import (
     SESSION_ATTRIBUTES,
+    RefIdentity,
+    RefSession,
     reference_identities,
     reference_sessions,
     reference_validate,
@@ -85,6 +87,12 @@ def differences(
         ((r.anonymous_id, r.user_id, r.identified_at) for r in table_rows(store, USER_IDENTITIES)),
         ((k, i.user_id, i.identified_at.replace(tzinfo=None)) for k, i in identities.items()),
     )
+    ref_sessions = reference_sessions(
+        ref.winners,
+        gap=settings.session_gap,
+        max_length=settings.max_session_length,
+        conversion_events=settings.conversion_events,
+    )
     expected_sessions = [
         (
             s.user_id,
@@ -96,12 +104,7 @@ def differences(
             *(s.attributes[name] for name in SESSION_ATTRIBUTES),
             stitched(s.user_id, identities),
         )
-        for s in reference_sessions(
-            ref.winners,
-            gap=settings.session_gap,
-            max_length=settings.max_session_length,
-            conversion_events=settings.conversion_events,
-        )
+        for s in ref_sessions
     ]
     sessions = table_rows(store, SESSIONS)
     compare(
@@ -129,7 +132,17 @@ def differences(
     found += lifecycle_differences(
         store, start=start, session_days=[(s[0], s[1].date()) for s in expected_sessions]
     )
-    daily_sessions = [
+    found += summary_differences(
+        store, settings, ref.winners, reference_daily_sessions(ref_sessions, identities)
+    )
+    return found
+
+
+def reference_daily_sessions(
+    sessions: Iterable[RefSession], identities: dict[str, RefIdentity]
+) -> list[DailySession]:
+    """What §9 reads of each reference session, its stitched user included."""
+    return [
         DailySession(
             session_date=s.session_start.date(),
             channel=s.attributes["channel"],
@@ -141,15 +154,8 @@ def differences(
             session_end=s.session_end,
             is_quarantined=s.is_quarantined,
         )
-        for s in reference_sessions(
-            ref.winners,
-            gap=settings.session_gap,
-            max_length=settings.max_session_length,
-            conversion_events=settings.conversion_events,
-        )
+        for s in sessions
     ]
-    found += summary_differences(store, settings, ref.winners, daily_sessions)
-    return found
 
 
 def summary_differences(

@@ -22,9 +22,14 @@ from sessionize_assets.lake.tables import (
     USER_IDENTITIES,
     USER_LIFECYCLE_SNAPSHOT,
 )
+from sessionize_assets.pipeline.daily import update_arrivals, update_daily
 from sessionize_assets.settings import Settings
 from sessionize_tests.driver import BatchRun, process_batch
-from sessionize_tests.full_recompute import assert_lifecycle_equals_full_recompute
+from sessionize_tests.full_recompute import (
+    assert_lifecycle_equals_full_recompute,
+    reference_daily_sessions,
+    summary_differences,
+)
 from sessionize_tests.reference import (
     SESSION_ATTRIBUTES,
     reference_identities,
@@ -88,6 +93,12 @@ class Pipeline:
             received=received,
             run_id=f"run-{self.runs}",
         )
+
+    def summarise(self, *, run_id: str) -> None:
+        """SPEC §9's summaries_job, for a test that runs the other steps one by one: after it,
+        `arrivals` and `daily_sessions` are up to date with the lake."""
+        update_arrivals(self.store, run_id=run_id)
+        update_daily(self.store, settings=self.settings, run_id=run_id)
 
     def sessions(self, rows: list[Row] | None = None) -> list[tuple]:
         """The sessions as (user, start, end, events, number, quarantined), of the table or
@@ -159,6 +170,14 @@ class Pipeline:
         quarantined = {r.session_id for r in table_rows(self.store, SESSION_QUARANTINE)}
         flagged = {r.session_id for r in sessions if r.is_quarantined}
         assert quarantined == flagged
+        # SPEC §9: the arrival curve and the daily figures with their statuses.
+        summaries = summary_differences(
+            self.store,
+            self.settings,
+            ref.winners,
+            reference_daily_sessions(ref_sessions, identities),
+        )
+        assert not summaries, "\n".join(summaries)
         assert_lifecycle_equals_full_recompute(
             self.store,
             start=self.settings.start_date,

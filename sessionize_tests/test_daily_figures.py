@@ -46,11 +46,15 @@ def test_three_steps_of_a_replay_keep_the_summaries_exact_and_an_empty_batch_com
     )
     store = EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)
     with instance_for_test() as instance:
-        for first, last in ((0, 4), (4, DAYS)):
+        # The first four days land at once (a backlog), the next four batch by batch.
+        for first, last, at_once in ((0, 4, True), (4, DAYS, False)):
             for day in range(first, last):
                 folder = f"received_date={START + timedelta(days=day)}"
                 shutil.move(staged / folder, settings.landing_dir / folder)
-            assert replay(settings=settings, instance=instance, echo=lambda _: None).ok
+            outcome = replay(
+                settings=settings, instance=instance, echo=lambda _: None, at_once=at_once
+            )
+            assert outcome.ok
             assert differences(settings, spark, start=START) == []
             _assert_the_ui_shows_the_tables(instance, store)
         before = _statuses(store)

@@ -296,6 +296,7 @@ def test_a_new_gap_keeps_the_sessions_it_does_not_change(pipeline, spark, settin
     assert run.recomputed == [day(0)]
     assert (run.inserted, run.replaced, run.removed) == (0, 1, 1)  # u's two merge; v's stays
     assert len(pipeline.sessions()) == 2
+    pipeline.summarise(run_id="gap")
     pipeline.assert_equals_full_recompute()
 
 
@@ -357,6 +358,7 @@ def test_two_events_runs_launched_at_once_on_overlapping_dates_end_as_a_full_rec
         run_id="next",
     )
     update_lifecycle(p.store, through=day(1), settings=settings, run_id="next")
+    p.summarise(run_id="next")
     p.assert_equals_full_recompute()
 
 
@@ -415,6 +417,7 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
         p.store, spark, session_dates=[day(0), day(1)], settings=settings, run_id="next"
     )
     update_lifecycle(p.store, through=day(1), settings=settings, run_id="next")
+    p.summarise(run_id="next")
     p.assert_equals_full_recompute()
 
 
