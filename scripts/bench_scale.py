@@ -41,7 +41,7 @@ from typing import Any
 
 from bench_floors import bare_sessionization, raw_sessionization
 from bench_printing import quiet
-from bench_scale_report import SNAPSHOT, STEPS, BatchFigures, report
+from bench_scale_report import SNAPSHOT, STEPS, SUMMARIES, BatchFigures, report
 from dagster import DagsterInstance, RunsFilter
 from pyspark.sql import SparkSession
 
@@ -53,6 +53,7 @@ from sessionize_assets.definitions import (
     REBUILD_JOB,
     SESSIONS_JOB,
     SESSIONS_REBUILD_CONFIG,
+    SUMMARIES_JOB,
     build_definitions,
     resource_of,
 )
@@ -164,6 +165,8 @@ def run_shape(
             _range(defs, instance, EVENTS_JOB, START, last_event)
             _range(defs, instance, SESSIONS_JOB, START, last_event)
             _range(defs, instance, LIFECYCLE_JOB, START, _day(history))
+            # One summaries run brings every date up to date (its partition: the last day).
+            _range(defs, instance, SUMMARIES_JOB, _day(history), _day(history))
         driver = BatchDriver(defs=defs, instance=instance, settings=settings)
         driver.late_data.tick()  # the cursors start after the history
         driver.lifecycle_sensor.tick()
@@ -268,7 +271,7 @@ def _batch_figures(
 ) -> BatchFigures:
     figures = BatchFigures(shape=shape, history=history)
     runs = instance.get_runs(RunsFilter(tags={REPLAY_BATCH_TAG: received.isoformat()}))
-    names = {job: name for name, job in (*STEPS, SNAPSHOT)}
+    names = {job: name for name, job in (*STEPS, SNAPSHOT, SUMMARIES)}
     for run in runs:
         stats = instance.get_run_stats(run.run_id)
         name = names[run.job_name]

@@ -24,10 +24,13 @@ from sessionize_assets.definitions import (
     INGEST_JOB,
     LIFECYCLE_JOB,
     SESSIONS_JOB,
+    SUMMARIES_JOB,
 )
 
 STEPS = (("ingest", INGEST_JOB), ("events", EVENTS_JOB), ("sessions", SESSIONS_JOB))
 SNAPSHOT = ("snapshot", LIFECYCLE_JOB)
+# SPEC §9's arrivals and daily_sessions, after the snapshot.
+SUMMARIES = ("summaries", SUMMARIES_JOB)
 StepT = TypeVar("StepT", bound=StepFigures)
 RecordT = TypeVar("RecordT", bound=AssetRecord)
 
@@ -122,7 +125,7 @@ def report(
             [
                 f.shape,
                 str(f.history),
-                *(f"{f.step(name):.1f}" for name, _ in (*STEPS, SNAPSHOT)),
+                *(f"{f.step(name):.1f}" for name, _ in (*STEPS, SNAPSHOT, SUMMARIES)),
                 f"{f.pipeline:.1f}",
                 f"{100 * f.pipeline / rebuild:.1f}%",
                 f"{f.pipeline / base.pipeline:.2f}",
@@ -138,6 +141,7 @@ def report(
                 "events",
                 "sessions",
                 "snapshot",
+                "summaries",
                 "i+e+s",
                 "of (a)",
                 f"vs {histories[0]}d",
