@@ -56,6 +56,7 @@ STEPS = {
     "sessions_job": "sessions",
     "__ASSET_JOB": "sessions",
     "lifecycle_job": "snapshot",
+    "summaries_job": "summaries",
 }
 # Sensor ticks a batch waits for on its way to the snapshot (landing, late data, automation,
 # lifecycle).
