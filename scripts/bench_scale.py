@@ -160,13 +160,17 @@ def run_shape(
     done = 0
     for history in histories:
         with _timed(f"[{label}] history: days {done + 1}..{history} as range runs"):
-            _range(defs, instance, INGEST_JOB, START + timedelta(days=done), _day(history))
+            with _timed(f"  {INGEST_JOB}"):
+                _range(defs, instance, INGEST_JOB, START + timedelta(days=done), _day(history))
             last_event = _last_event_date(store)
-            _range(defs, instance, EVENTS_JOB, START, last_event)
-            _range(defs, instance, SESSIONS_JOB, START, last_event)
-            _range(defs, instance, LIFECYCLE_JOB, START, _day(history))
+            for job in (EVENTS_JOB, SESSIONS_JOB):
+                with _timed(f"  {job}"):
+                    _range(defs, instance, job, START, last_event)
+            with _timed(f"  {LIFECYCLE_JOB}"):
+                _range(defs, instance, LIFECYCLE_JOB, START, _day(history))
             # One summaries run brings every date up to date (its partition: the last day).
-            _range(defs, instance, SUMMARIES_JOB, _day(history), _day(history))
+            with _timed(f"  {SUMMARIES_JOB}"):
+                _range(defs, instance, SUMMARIES_JOB, _day(history), _day(history))
         driver = BatchDriver(defs=defs, instance=instance, settings=settings)
         driver.late_data.tick()  # the cursors start after the history
         driver.lifecycle_sensor.tick()
