@@ -93,10 +93,7 @@ def follow_through(
         settings=settings,
         run_id=run_id,
     )
-    # The summaries, after the sessions in the same run (or in summaries_job when no sessions
-    # run followed: here always, as the sensor would when they are behind).
-    update_arrivals(store, run_id=run_id)
-    daily = update_daily(store, settings=settings, run_id=run_id)
+    daily = summarise(store, settings=settings, run_id=run_id)
     # What lifecycle_sensor asks for, with the lake's partitions standing in for Dagster's.
     span = lifecycle_range(
         sessions_reported=sessions.changed,
@@ -119,3 +116,11 @@ def follow_through(
 
 def _last_date(store: DeltaStore, spec: TableSpec) -> date | None:
     return max((date.fromisoformat(d) for d in store.row_counts(spec)), default=None)
+
+
+def summarise(store: DeltaStore, *, settings: Settings, run_id: str) -> DailyReport:
+    """SPEC §9's summaries_job: `arrivals` and `daily_sessions` brought up to date with the
+    lake (summaries_sensor asks for it once the sessions are up to date; its tables are the
+    lifecycle's neighbours, not its inputs, so the order between the two does not matter)."""
+    update_arrivals(store, run_id=run_id)
+    return update_daily(store, settings=settings, run_id=run_id)

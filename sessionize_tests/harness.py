@@ -22,9 +22,8 @@ from sessionize_assets.lake.tables import (
     USER_IDENTITIES,
     USER_LIFECYCLE_SNAPSHOT,
 )
-from sessionize_assets.pipeline.daily import update_arrivals, update_daily
 from sessionize_assets.settings import Settings
-from sessionize_tests.driver import BatchRun, process_batch
+from sessionize_tests.driver import BatchRun, process_batch, summarise
 from sessionize_tests.full_recompute import (
     assert_lifecycle_equals_full_recompute,
     reference_daily_sessions,
@@ -97,8 +96,7 @@ class Pipeline:
     def summarise(self, *, run_id: str) -> None:
         """SPEC §9's summaries_job, for a test that runs the other steps one by one: after it,
         `arrivals` and `daily_sessions` are up to date with the lake."""
-        update_arrivals(self.store, run_id=run_id)
-        update_daily(self.store, settings=self.settings, run_id=run_id)
+        summarise(self.store, settings=self.settings, run_id=run_id)
 
     def sessions(self, rows: list[Row] | None = None) -> list[tuple]:
         """The sessions as (user, start, end, events, number, quarantined), of the table or
