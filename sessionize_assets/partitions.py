@@ -12,7 +12,7 @@ No other event can change it, so sessions D depends on events D-lookback .. D+lo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import date, timedelta
 
 from dagster import (
@@ -119,21 +119,37 @@ def session_dates_for(event_dates: list[date], settings: Settings) -> list[date]
 
 
 def contiguous_ranges(
-    days: list[date], *, max_days: int, bridge_gaps: bool = True
+    days: list[date],
+    *,
+    max_days: int,
+    bridge_gaps: bool = True,
+    loads: Mapping[date, float] | None = None,
 ) -> list[tuple[date, date]]:
-    """Cover `days` with (first, last) ranges of at most `max_days` days each.
+    """Cover `days` with (first, last) ranges of at most `max_days` days' worth of work each.
+
+    A day weighs its load: the events its run takes on, in typical days of the lake
+    (`manifests.event_date_loads`, `manifests.session_date_loads`); without `loads`, a day
+    weighs 1, as a received day's batch does. So a backlog of whole days is cut every
+    `max_days` days, and a daily batch whose late events reach a few hundred dates is one run.
 
     One range run per range: partitions in a range that have nothing new are skipped by the
-    assets, so a gap inside a range costs a manifest lookup, not a recompute. Ingestion has
-    no such skip (a day in its range is read as a batch): it passes `bridge_gaps=False`.
+    assets, so a gap inside a range costs a manifest lookup, not a recompute. A gap of fewer
+    than `max_days` days is bridged. Ingestion has no such skip (a day in its range is read
+    as a batch): it passes `bridge_gaps=False`.
     """
     ranges: list[tuple[date, date]] = []
+    load = 0.0
     for day in sorted(set(days)):
-        joins = bool(ranges) and (bridge_gaps or day == ranges[-1][1] + ONE_DAY)
-        if joins and (day - ranges[-1][0]).days < max_days:
-            ranges[-1] = (ranges[-1][0], day)
-        else:
-            ranges.append((day, day))
+        weight = 1.0 if loads is None else loads.get(day, 0.0)
+        if ranges:
+            gap = (day - ranges[-1][1]).days - 1
+            joins = gap == 0 or (bridge_gaps and gap < max_days)
+            if joins and load + weight <= max_days:
+                ranges[-1] = (ranges[-1][0], day)
+                load += weight
+                continue
+        ranges.append((day, day))
+        load = weight
     return ranges
 
 

@@ -91,7 +91,10 @@ class Settings:
     # An S3-compatible store's address (`AWS_ENDPOINT_URL`, which delta-rs and pyarrow read
     # themselves), handed to Spark's S3 connector; None: AWS's own endpoints.
     s3_endpoint: str | None = None
-    # Snowplow calls it backfill_limit_days: the widest range one run covers.
+    # Snowplow calls it backfill_limit_days: the most days one run covers. An ingest run
+    # counts received days; an events or sessions run counts days' worth of the events it
+    # takes on, in the lake's typical day (`partitions.contiguous_ranges`), so a batch whose
+    # late events reach every date of the history is one run.
     max_partitions_per_run: int = 120
     # A sensor asks again for dates a run left behind after this, doubled at each attempt.
     retry_backoff: timedelta = timedelta(minutes=1)

@@ -32,6 +32,32 @@ def test_contiguous_ranges_without_bridging_gaps_break_at_a_missing_day():
 
 
 @pytest.mark.parametrize(
+    ("loads", "expected"),
+    [
+        # A backlog of whole days: cut every max_days days, as without loads.
+        ({d: 1.0 for d in range(1, 8)}, [(1, 3), (4, 6), (7, 7)]),
+        # Late events on every date, a few hundredths of a day each: one range.
+        ({d: 0.02 for d in range(1, 31)}, [(1, 30)]),
+        # A heavy day stands alone; the light days after it go on together.
+        ({1: 0.5, 2: 5.0, 3: 0.5, 4: 0.5}, [(1, 1), (2, 2), (3, 4)]),
+        # A gap of max_days days or more is not bridged, however light the days.
+        ({1: 0.1, 5: 0.1, 6: 0.1}, [(1, 1), (5, 6)]),
+    ],
+)
+def test_contiguous_ranges_count_days_worth_of_events(loads, expected):
+    days = [date(2026, 1, d) for d in loads]
+    weights = {date(2026, 1, d): load for d, load in loads.items()}
+    got = contiguous_ranges(days, max_days=3, loads=weights)
+    assert [(a.day, b.day) for a, b in got] == expected
+
+
+def test_a_day_without_a_load_weighs_nothing():
+    days = [date(2026, 1, d) for d in (1, 2, 3, 4, 5)]
+    got = contiguous_ranges(days, max_days=2, loads={date(2026, 1, 1): 2.0})
+    assert [(a.day, b.day) for a, b in got] == [(1, 5)]
+
+
+@pytest.mark.parametrize(
     ("reported", "through", "latest", "failed_from", "expected"),
     [
         ([], None, None, None, None),  # nothing ingested yet

@@ -88,6 +88,61 @@ def event_dates_behind(index: pa.Table, manifest: pa.Table) -> dict[date, Plan]:
     return {day: p for day, p in sorted(plans.items()) if p.pending}
 
 
+def _events_by_input(index: pa.Table) -> dict[InputKey, int]:
+    columns = ["event_date", "received_date", "events"]
+    return {
+        (row["event_date"], row["received_date"]): row["events"]
+        for row in index.select(columns).to_pylist()
+    }
+
+
+def _typical_day(by_input: Mapping[InputKey, int]) -> float:
+    """The median of the events the index holds per event date (at least 1): the unit a run's
+    load is counted in, so `SESSIONIZE_MAX_PARTITIONS_PER_RUN` keeps meaning days."""
+    per_date: dict[date, int] = {}
+    for (event_date, _), events in by_input.items():
+        per_date[event_date] = per_date.get(event_date, 0) + events
+    totals = sorted(per_date.values())
+    return float(max(1, totals[len(totals) // 2])) if totals else 1.0
+
+
+def event_date_loads(index: pa.Table, plans: Mapping[date, Plan]) -> dict[date, float]:
+    """Per event date of `plans`, the events its run reads, in typical days of the index
+    (`partitions.contiguous_ranges` cuts range runs by them): every input of a date that is
+    recomputed, the new inputs otherwise."""
+    by_input = _events_by_input(index)
+    unit = _typical_day(by_input)
+    return {
+        day: sum(by_input.get(key, 0) for key in (p.available if p.needs_recompute else p.new))
+        / unit
+        for day, p in plans.items()
+    }
+
+
+def session_date_loads(
+    index: pa.Table, events_manifest: pa.Table, sessions_manifest: pa.Table
+) -> dict[date, float]:
+    """Per session date, the events of its own event date it has not absorbed, in typical
+    days of the index: the inputs the events manifest holds at a newer `events` version than
+    the date's sessions absorbed (all of them for a date never computed). Summed over a range,
+    each changed event counts once, although a date reads the days around it too."""
+    by_input = _events_by_input(index)
+    unit = _typical_day(by_input)
+    absorbed = {
+        row["partition_date"]: row["events_version"]
+        for row in sessions_manifest.select(["partition_date", "events_version"]).to_pylist()
+    }
+    loads: dict[date, float] = {}
+    columns = ["partition_date", "event_date", "received_date", "events_version"]
+    for row in events_manifest.select(columns).to_pylist():
+        day, version = row["partition_date"], row["events_version"]
+        if day in absorbed and version is not None and version <= absorbed[day]:
+            continue
+        events = by_input.get((row["event_date"], row["received_date"]), 0)
+        loads[day] = loads.get(day, 0.0) + events / unit
+    return loads
+
+
 def _index_rows(store: DeltaStore, event_dates: Iterable[date]) -> list[dict]:
     """Index rows of these event dates only (filtered in Arrow)."""
     wanted = sorted(set(event_dates))
@@ -154,9 +209,15 @@ def record_absorbed(
 ) -> None:
     """Replace the events manifest of `absorbed`'s partitions with exactly these inputs, held
     by `events` at `events_version` (see `WriteConflictError` for `read_version`). The commit
-    names the inputs the run `read` (`inputs_read`), up to READ_INPUTS_RECORDED of them."""
+    names the inputs the run `read` (`inputs_read`), up to READ_INPUTS_RECORDED of them.
+
+    An input a partition held already keeps the version it was absorbed at, unless the
+    partition lost or changed an input (it was recomputed whole): so each session date's
+    unabsorbed events can be counted (`session_date_loads`), and a partition's newest version
+    is still what it holds (`session_dates_behind`)."""
     if not absorbed:
         return
+    held_since = _held_since(store, absorbed)
     metadata = {}
     if 0 < len(read) <= READ_INPUTS_RECORDED:
         by_batch: dict[str, set[str]] = {}
@@ -175,7 +236,9 @@ def record_absorbed(
             "ingest_version": version,
             "run_id": run_id,
             "processed_at": now,
-            "events_version": events_version,
+            "events_version": held_since.get(
+                (partition, event_date, received_date), events_version
+            ),
         }
         for partition, inputs in sorted(absorbed.items())
         for (event_date, received_date), version in sorted(inputs.items())
@@ -189,6 +252,28 @@ def record_absorbed(
         read_version=read_version,
         metadata=metadata,
     )
+
+
+def _held_since(
+    store: DeltaStore, absorbed: Mapping[date, Inputs]
+) -> dict[tuple[date, date, date], int]:
+    """(partition, event date, received date) -> the events version that absorbed the input,
+    for the inputs the manifest records unchanged in the partitions of `absorbed` that only
+    gain inputs (`record_absorbed`)."""
+    previous: dict[date, dict[InputKey, tuple[int, int | None]]] = {}
+    for row in store.read_arrow(EVENTS_MANIFEST, partitions=sorted(absorbed)).to_pylist():
+        previous.setdefault(row["partition_date"], {})[
+            (row["event_date"], row["received_date"])
+        ] = (row["ingest_version"], row["events_version"])
+    since = {}
+    for partition, inputs in absorbed.items():
+        before = previous.get(partition, {})
+        if any(inputs.get(key) != ingest for key, (ingest, _) in before.items()):
+            continue  # an input gone or changed: the partition was recomputed whole
+        for key, (_, version) in before.items():
+            if version is not None:
+                since[(partition, *key)] = version
+    return since
 
 
 # An events run's manifest commit names the inputs the run read (received_date -> event

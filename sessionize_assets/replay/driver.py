@@ -203,6 +203,19 @@ class BatchDriver:
         outcome = self._drive(None)
         return outcome if outcome.runs else None
 
+    def _events_ranges(self) -> list[Mapping[str, str]]:
+        """The late-data sensor's ranges, from the lake alone (replay catching up retries
+        what is behind with no backoff)."""
+        plans = self.behind.event_dates()
+        return [
+            {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
+            for first, last in contiguous_ranges(
+                sorted(plans),
+                max_days=self.settings.max_partitions_per_run,
+                loads=self.behind.event_loads(plans),
+            )
+        ]
+
     def _drive(self, received: tuple[date, date] | None) -> BatchOutcome:
         started = time.monotonic()
         # Replay retries by being run again; a daemon on the same instance must not re-run
@@ -228,13 +241,7 @@ class BatchDriver:
             batches = reported(runs[-1], RawBatchMetadata)
         # Catching up, replay is the retry of what is behind: it asks the lake, with no backoff.
         events_ranges = (
-            [
-                {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
-                for first, last in contiguous_ranges(
-                    sorted(self.behind.event_dates()),
-                    max_days=self.settings.max_partitions_per_run,
-                )
-            ]
+            self._events_ranges()
             if received is None
             else [request.tags for request in self.late_data.tick()]
         )
@@ -252,7 +259,9 @@ class BatchDriver:
             if not requested:
                 break
             for first, last in contiguous_ranges(
-                requested, max_days=self.settings.max_partitions_per_run
+                requested,
+                max_days=self.settings.max_partitions_per_run,
+                loads=self.behind.session_loads(),
             ):
                 ok = run(self.sessions, first.isoformat(), last.isoformat())
                 if not ok:

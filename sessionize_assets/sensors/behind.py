@@ -37,7 +37,13 @@ from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.pipeline.daily import daily_behind, sources_behind
 from sessionize_assets.pipeline.landing import LandingComparison, compare_landing, ingested_batches
 from sessionize_assets.pipeline.lifecycle.bookkeeping import ABSORBED, absorbed_by
-from sessionize_assets.pipeline.manifests import Plan, event_dates_behind, session_dates_behind
+from sessionize_assets.pipeline.manifests import (
+    Plan,
+    event_date_loads,
+    event_dates_behind,
+    session_date_loads,
+    session_dates_behind,
+)
 from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
 
@@ -72,6 +78,20 @@ class Behind:
             self._bookkeeping(BATCH_EVENT_DATES), self._bookkeeping(EVENTS_MANIFEST)
         )
         return {day: plan for day, plan in plans.items() if day >= self._settings.start_date}
+
+    def event_loads(self, plans: Mapping[date, Plan]) -> dict[date, float]:
+        """Per event date of `plans` (`event_dates`), the events its run reads, in typical
+        days: what `partitions.contiguous_ranges` cuts the events runs by."""
+        return event_date_loads(self._bookkeeping(BATCH_EVENT_DATES), plans)
+
+    def session_loads(self) -> dict[date, float]:
+        """Per session date, the events of its date it has not absorbed, in typical days:
+        what `partitions.contiguous_ranges` cuts the sessions runs by."""
+        return session_date_loads(
+            self._bookkeeping(BATCH_EVENT_DATES),
+            self._bookkeeping(EVENTS_MANIFEST),
+            self._bookkeeping(SESSIONS_MANIFEST),
+        )
 
     def session_dates(
         self, instance: DagsterInstance, *, session_days: PartitionsDefinition

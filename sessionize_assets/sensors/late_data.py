@@ -19,8 +19,8 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
         description=(
             "Requests every event date whose partition has not absorbed the batches that hold "
             "it (the lake's index against the events manifest), as range runs of at most "
-            f"{settings.max_partitions_per_run} days; dates a failed run left behind are asked "
-            "for again, with a backoff."
+            f"{settings.max_partitions_per_run} days' worth of events; dates a failed run left "
+            "behind are asked for again, with a backoff."
         ),
     )
     def late_data_sensor(
@@ -28,7 +28,8 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
     ) -> SensorResult | SkipReason:
         if runs_going(context, job_names=(events_job_name,)):
             return SkipReason("an events run is still going; waiting for it")
-        behind = Behind(settings=settings, lake=lake.store(), landing=landing).event_dates()
+        lake_behind = Behind(settings=settings, lake=lake.store(), landing=landing)
+        behind = lake_behind.event_dates()
         if not behind:
             return SkipReason("every event date has absorbed the batches that hold it")
         return range_requests(
@@ -39,6 +40,7 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
                 d: [sorted(map(str, p.new.items())), sorted(map(str, p.gone.items()))]
                 for d, p in behind.items()
             },
+            loads=lake_behind.event_loads(behind),
             what="event dates behind their batches",
         )
 

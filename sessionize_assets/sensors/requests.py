@@ -74,12 +74,16 @@ def range_requests(
     *,
     job_name: str,
     states: Mapping[date, object],
+    loads: Mapping[date, float],
     what: str,
 ) -> SensorResult | SkipReason:
     """Range runs over the dates behind (each with what it is behind on, `states`), of at
-    most `max_partitions_per_run` days, each under a run key of its state and attempt."""
+    most `max_partitions_per_run` days' worth of events (each date's `loads`), each under a
+    run key of its state and attempt."""
     requests, waiting = [], []
-    for first, end in contiguous_ranges(sorted(states), max_days=settings.max_partitions_per_run):
+    for first, end in contiguous_ranges(
+        sorted(states), max_days=settings.max_partitions_per_run, loads=loads
+    ):
         state = digest({str(d): s for d, s in states.items() if first <= d <= end})
         request = state_request(
             context, settings, job_name=job_name, state=state, first=first, last=end

@@ -37,9 +37,8 @@ def build_stale_sessions_sensor(
             "Once an events run has ended, requests the session dates whose window holds "
             "events they have not absorbed (the lake's two manifests) or were materialized "
             "before an event date of their window was (what automation asks for), as range "
-            "runs of at most "
-            f"{settings.max_partitions_per_run} days; dates a failed run left behind are "
-            "asked for again, with a backoff."
+            f"runs of at most {settings.max_partitions_per_run} days' worth of events; dates a "
+            "failed run left behind are asked for again, with a backoff."
         ),
     )
     def stale_sessions_sensor(
@@ -51,9 +50,8 @@ def build_stale_sessions_sensor(
         backfill = sessions_backfill_requested(context.instance)
         if backfill is not None:
             return SkipReason(f"backfill {backfill} of sessions is requested; waiting for it")
-        behind = Behind(settings=settings, lake=lake.store(), landing=landing).session_dates(
-            context.instance, session_days=session_days
-        )
+        lake_behind = Behind(settings=settings, lake=lake.store(), landing=landing)
+        behind = lake_behind.session_dates(context.instance, session_days=session_days)
         if not behind:
             return SkipReason("every session date has absorbed the events its window holds")
         return range_requests(
@@ -61,6 +59,7 @@ def build_stale_sessions_sensor(
             settings,
             job_name=sessions_job_name,
             states={day: list(state) for day, state in behind.items()},
+            loads=lake_behind.session_loads(),
             what="session dates behind their events",
         )
 

@@ -15,9 +15,15 @@ from sessionize_tests.sensors.support import land_batch, late_data_jobs, ranges
 
 
 def test_late_data_sensor_asks_for_every_event_date_behind_its_batches(settings):
-    settings = settings.with_overrides(max_partitions_per_run=10)
-    land_batch(settings, "2026-01-20", ["2026-01-20T08:00:00Z", "2026-01-19T08:00:00Z"])
-    land_batch(settings, "2026-01-21", ["2026-01-21T08:00:00Z", "2026-01-02T08:00:00Z"])
+    """In range runs of at most `max_partitions_per_run` days' worth of events: whole days
+    are cut at the limit; a batch's few late events on more dates than that are one run."""
+    settings = settings.with_overrides(max_partitions_per_run=2)
+
+    def day(d: str, n: int) -> list[str]:
+        return [f"2026-01-{d}T08:0{i}:00Z" for i in range(n)]
+
+    land_batch(settings, "2026-01-20", day("19", 4) + day("20", 4))
+    land_batch(settings, "2026-01-21", day("21", 4))
     ingest, events, ticks = late_data_jobs(settings)
     with instance_for_test() as instance:
         tick = ticks(instance)
@@ -28,12 +34,19 @@ def test_late_data_sensor_asks_for_every_event_date_behind_its_batches(settings)
         result = tick()
 
         assert isinstance(result, SensorResult)
-        # 2026-01-02 is 17 days before the others: two ranges of at most 10 days.
-        assert ranges(result) == [("2026-01-02", "2026-01-02"), ("2026-01-19", "2026-01-21")]
+        # Three whole days (4 events each), two days a run.
+        assert ranges(result) == [("2026-01-19", "2026-01-20"), ("2026-01-21", "2026-01-21")]
         assert [r.run_key for r in tick().run_requests] == [r.run_key for r in result.run_requests]
         for request in result.run_requests:
             assert events.execute_in_process(instance=instance, tags=request.tags).success
         assert tick().skip_message == "every event date has absorbed the batches that hold it"
+
+        # The next batch: one late event on each earlier date, a fifth of a typical day each.
+        land_batch(
+            settings, "2026-01-22", day("19", 1) + day("20", 1) + day("21", 1) + day("22", 1)
+        )
+        assert ingest.execute_in_process(partition_key="2026-01-22", instance=instance).success
+        assert ranges(tick()) == [("2026-01-19", "2026-01-22")]
 
 
 def test_a_failed_events_run_is_asked_for_again_after_a_backoff(settings):
