@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.store import FileChange
-from sessionize_assets.pipeline.identities import _absorb, _first_and_latest, _order, net_files
+from sessionize_assets.lake.tables import EVENTS, USER_IDENTITIES
+from sessionize_assets.pipeline.identities import (
+    MERGE_ON_DRIVER_BYTES,
+    _absorb,
+    _first_and_latest,
+    _order,
+    net_files,
+    update_identities,
+)
 
 
 def change(path: str, version: int, *, added: bool) -> FileChange:
@@ -75,3 +84,47 @@ def test_an_ids_first_and_latest_events_are_all_its_identity_keeps(events):
         return found
 
     assert absorbed(_first_and_latest(table).to_pylist()) == absorbed(rows)
+
+
+def test_a_change_too_large_to_merge_on_the_driver_builds_the_table_again(spark, tmp_path):
+    """The same batches absorbed by the driver's merge, and by building the table again with
+    Spark (any change above `merge_on_driver_bytes`), give the same rows and figures."""
+    day = date(2026, 1, 10)
+
+    def events(*rows: tuple[str, str | None, str | None, int]):
+        at = datetime(2026, 1, 10, 8)
+        fixed = {"event_date": day, "received_at": at, "received_date": day, "source_file": "f"}
+        return spark.createDataFrame(
+            [
+                {
+                    "event_id": event_id,
+                    "user_id": user or anon,
+                    "anonymous_id": anon,
+                    "segment_user_id": user,
+                    "event_ts": at + timedelta(minutes=minute),
+                    **fixed,
+                }
+                for event_id, anon, user, minute in rows
+            ],
+            EVENTS.schema,
+        )
+
+    first = [("e1", "a1", "u1", 5), ("e2", "a2", "u2", 10), ("e3", "a2", None, 1)]
+    # The next batch: a later sign-in moves a1 to u9, a2 signs in earlier, a3 is new.
+    later = [("e4", "a1", "u9", 30), ("e5", "a2", "u2", 2), ("e6", "a3", "u3", 7)]
+    tables, reports = [], []
+    for lake, driver_bytes in (("merged", MERGE_ON_DRIVER_BYTES), ("built", 0)):
+        store = EmbeddedDeltaStore(spark=spark, lake=tmp_path / lake)
+        store.replace_partitions(EVENTS, events(*first), partitions=[day])
+        assert update_identities(store, run_id="r1").rebuilt  # a first run
+        store.rewrite(EVENTS, add=lambda: events(*later))
+        reports.append(update_identities(store, run_id="r2", merge_on_driver_bytes=driver_bytes))
+        tables.append(sorted(store.read_arrow(USER_IDENTITIES).to_pylist(), key=str))
+    merged, built = reports
+    assert (merged.rebuilt, built.rebuilt) == (False, True)
+    assert tables[0] == tables[1]
+    assert {row["anonymous_id"]: row["user_id"] for row in tables[0]} == {
+        "a1": "u9", "a2": "u2", "a3": "u3"
+    }  # fmt: skip
+    for report in reports:
+        assert (report.ids_new, report.ids_remapped, report.ids_unmapped) == (1, 1, 0)
