@@ -206,13 +206,13 @@ class BatchDriver:
     def _events_ranges(self) -> list[Mapping[str, str]]:
         """The late-data sensor's ranges, from the lake alone (replay catching up retries
         what is behind with no backoff)."""
-        plans = self.behind.event_dates()
+        plans, loads = self.behind.event_dates_and_loads()
         return [
             {RANGE_START: first.isoformat(), RANGE_END: last.isoformat()}
             for first, last in contiguous_ranges(
                 sorted(plans),
                 max_days=self.settings.max_partitions_per_run,
-                loads=self.behind.event_loads(plans),
+                loads=loads,
             )
         ]
 
@@ -255,13 +255,15 @@ class BatchDriver:
         # asks for a tick later, and for what the lake says is behind (a run that failed or
         # died before its manifest commit is not requested by automation again).
         for _ in range(_MAX_AUTOMATION_ROUNDS):
-            requested = sorted({*self.automation.tick(), *self._stale_sessions()}) if ok else []
+            if not ok:
+                break
+            automation = self.automation.tick()
+            stale, loads = self._stale_sessions()
+            requested = sorted({*automation, *stale})
             if not requested:
                 break
             for first, last in contiguous_ranges(
-                requested,
-                max_days=self.settings.max_partitions_per_run,
-                loads=self.behind.session_loads(),
+                requested, max_days=self.settings.max_partitions_per_run, loads=loads
             ):
                 ok = run(self.sessions, first.isoformat(), last.isoformat())
                 if not ok:
@@ -310,11 +312,14 @@ class BatchDriver:
             seconds=time.monotonic() - started,
         )
 
-    def _stale_sessions(self) -> list[date]:
+    def _stale_sessions(self) -> tuple[list[date], dict[date, float]]:
+        """The session dates behind (what the stale_sessions_sensor asks for), with their
+        loads."""
         assert self.sessions.partitions_def is not None
-        return list(
-            self.behind.session_dates(self.instance, session_days=self.sessions.partitions_def)
+        dates, loads = self.behind.session_dates_and_loads(
+            self.instance, session_days=self.sessions.partitions_def
         )
+        return list(dates), loads
 
 
 def _run(

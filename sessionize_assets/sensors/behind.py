@@ -74,24 +74,19 @@ class Behind:
     def event_dates(self) -> dict[date, Plan]:
         """Event dates from the start date whose partition has not absorbed the batches the
         lake's index says hold them (`manifests.event_dates_behind`), with their plans."""
-        plans = event_dates_behind(
-            self._bookkeeping(BATCH_EVENT_DATES), self._bookkeeping(EVENTS_MANIFEST)
-        )
+        return self._event_plans(self._bookkeeping(BATCH_EVENT_DATES))
+
+    def event_dates_and_loads(self) -> tuple[dict[date, Plan], dict[date, float]]:
+        """`event_dates`, and each one's load: the events its run reads, in typical days
+        (`manifests.event_date_loads`), what `partitions.contiguous_ranges` cuts the events
+        runs by. Each bookkeeping table is read once."""
+        index = self._bookkeeping(BATCH_EVENT_DATES)
+        plans = self._event_plans(index)
+        return plans, event_date_loads(index, plans) if plans else {}
+
+    def _event_plans(self, index: pa.Table) -> dict[date, Plan]:
+        plans = event_dates_behind(index, self._bookkeeping(EVENTS_MANIFEST))
         return {day: plan for day, plan in plans.items() if day >= self._settings.start_date}
-
-    def event_loads(self, plans: Mapping[date, Plan]) -> dict[date, float]:
-        """Per event date of `plans` (`event_dates`), the events its run reads, in typical
-        days: what `partitions.contiguous_ranges` cuts the events runs by."""
-        return event_date_loads(self._bookkeeping(BATCH_EVENT_DATES), plans)
-
-    def session_loads(self) -> dict[date, float]:
-        """Per session date, the events of its date it has not absorbed, in typical days:
-        what `partitions.contiguous_ranges` cuts the sessions runs by."""
-        return session_date_loads(
-            self._bookkeeping(BATCH_EVENT_DATES),
-            self._bookkeeping(EVENTS_MANIFEST),
-            self._bookkeeping(SESSIONS_MANIFEST),
-        )
 
     def session_dates(
         self, instance: DagsterInstance, *, session_days: PartitionsDefinition
@@ -109,15 +104,40 @@ class Behind:
           automation nothing to ask for, so the sessions start at once as one range run, not
           as a backfill that the backfill daemon takes up to 30 s to start.
         """
+        return self._session_dates(
+            instance,
+            session_days,
+            self._bookkeeping(EVENTS_MANIFEST),
+            self._bookkeeping(SESSIONS_MANIFEST),
+        )
+
+    def session_dates_and_loads(
+        self, instance: DagsterInstance, *, session_days: PartitionsDefinition
+    ) -> tuple[dict[date, tuple[int, int]], dict[date, float]]:
+        """`session_dates`, and each session date's load: the events of its date it has not
+        absorbed, in typical days (`manifests.session_date_loads`), what
+        `partitions.contiguous_ranges` cuts the sessions runs by. Each bookkeeping table is
+        read once, the index only when a date is behind."""
+        events_manifest = self._bookkeeping(EVENTS_MANIFEST)
+        sessions_manifest = self._bookkeeping(SESSIONS_MANIFEST)
+        dates = self._session_dates(instance, session_days, events_manifest, sessions_manifest)
+        if not dates:
+            return dates, {}
+        index = self._bookkeeping(BATCH_EVENT_DATES)
+        return dates, session_date_loads(index, events_manifest, sessions_manifest)
+
+    def _session_dates(
+        self,
+        instance: DagsterInstance,
+        session_days: PartitionsDefinition,
+        events_manifest: pa.Table,
+        sessions_manifest: pa.Table,
+    ) -> dict[date, tuple[int, int]]:
         last_key = session_days.get_last_partition_key()
         if last_key is None:
             return {}
         last = date.fromisoformat(last_key)
-        lake = session_dates_behind(
-            self._bookkeeping(EVENTS_MANIFEST),
-            self._bookkeeping(SESSIONS_MANIFEST),
-            settings=self._settings,
-        )
+        lake = session_dates_behind(events_manifest, sessions_manifest, settings=self._settings)
         materialized = DagsterEventType.ASSET_MATERIALIZATION
         newest: dict[date, int] = {}
         for key, storage_id in instance.get_latest_storage_id_by_partition(

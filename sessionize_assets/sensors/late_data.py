@@ -29,7 +29,7 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
         if runs_going(context, job_names=(events_job_name,)):
             return SkipReason("an events run is still going; waiting for it")
         lake_behind = Behind(settings=settings, lake=lake.store(), landing=landing)
-        behind = lake_behind.event_dates()
+        behind, loads = lake_behind.event_dates_and_loads()
         if not behind:
             return SkipReason("every event date has absorbed the batches that hold it")
         return range_requests(
@@ -40,7 +40,7 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
                 d: [sorted(map(str, p.new.items())), sorted(map(str, p.gone.items()))]
                 for d, p in behind.items()
             },
-            loads=lake_behind.event_loads(behind),
+            loads=loads,
             what="event dates behind their batches",
         )
 

@@ -50,8 +50,9 @@ def build_stale_sessions_sensor(
         backfill = sessions_backfill_requested(context.instance)
         if backfill is not None:
             return SkipReason(f"backfill {backfill} of sessions is requested; waiting for it")
-        lake_behind = Behind(settings=settings, lake=lake.store(), landing=landing)
-        behind = lake_behind.session_dates(context.instance, session_days=session_days)
+        behind, loads = Behind(
+            settings=settings, lake=lake.store(), landing=landing
+        ).session_dates_and_loads(context.instance, session_days=session_days)
         if not behind:
             return SkipReason("every session date has absorbed the events its window holds")
         return range_requests(
@@ -59,7 +60,7 @@ def build_stale_sessions_sensor(
             settings,
             job_name=sessions_job_name,
             states={day: list(state) for day, state in behind.items()},
-            loads=lake_behind.session_loads(),
+            loads=loads,
             what="session dates behind their events",
         )
 
