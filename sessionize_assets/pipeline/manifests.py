@@ -128,10 +128,7 @@ def session_date_loads(
     each changed event counts once, although a date reads the days around it too."""
     by_input = _events_by_input(index)
     unit = _typical_day(by_input)
-    absorbed = {
-        row["partition_date"]: row["events_version"]
-        for row in sessions_manifest.select(["partition_date", "events_version"]).to_pylist()
-    }
+    absorbed = _sessions_absorbed(sessions_manifest)
     loads: dict[date, float] = {}
     columns = ["partition_date", "event_date", "received_date", "events_version"]
     for row in events_manifest.select(columns).to_pylist():
@@ -420,14 +417,20 @@ def session_dates_behind(
     for event_date, version in held.items():
         for day in session_dates_for([event_date], settings):
             needed[day] = max(needed.get(day, -1), version)
-    absorbed = {
-        row["partition_date"]: row["events_version"]
-        for row in sessions_manifest.select(["partition_date", "events_version"]).to_pylist()
-    }
+    absorbed = _sessions_absorbed(sessions_manifest)
     return {
         day: version
         for day, version in sorted(needed.items())
         if day >= settings.start_date and (day not in absorbed or absorbed[day] < version)
+    }
+
+
+def _sessions_absorbed(sessions_manifest: pa.Table) -> dict[date, int]:
+    """Per sessions partition, the `events` version it absorbed."""
+    columns = ["partition_date", "events_version"]
+    return {
+        row["partition_date"]: row["events_version"]
+        for row in sessions_manifest.select(columns).to_pylist()
     }
 
 

@@ -28,8 +28,9 @@ def build_late_data_sensor(*, settings: Settings, events_job_name: str) -> Senso
     ) -> SensorResult | SkipReason:
         if runs_going(context, job_names=(events_job_name,)):
             return SkipReason("an events run is still going; waiting for it")
-        lake_behind = Behind(settings=settings, lake=lake.store(), landing=landing)
-        behind, loads = lake_behind.event_dates_and_loads()
+        behind, loads = Behind(
+            settings=settings, lake=lake.store(), landing=landing
+        ).event_dates_and_loads()
         if not behind:
             return SkipReason("every event date has absorbed the batches that hold it")
         return range_requests(

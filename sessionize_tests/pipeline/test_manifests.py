@@ -20,18 +20,20 @@ from sessionize_assets.pipeline.manifests import (
 DAY = date(2026, 1, 10)
 
 
-def _events_manifest(held: dict[date, int | None]) -> pa.Table:
+def _events_manifest(held: dict[tuple[date, date], int | None]) -> pa.Table:
+    """events_manifest rows: an (event date, received date) input, in its event date's
+    partition, -> the events version holding it."""
     rows = [
         {
-            "partition_date": day,
-            "event_date": day,
-            "received_date": day,
+            "partition_date": event_date,
+            "event_date": event_date,
+            "received_date": received_date,
             "ingest_version": 1,
             "run_id": "r",
             "processed_at": datetime(2026, 1, 10),
             "events_version": version,
         }
-        for day, version in held.items()
+        for (event_date, received_date), version in held.items()
     ]
     return pa.Table.from_pylist(rows, schema=to_arrow_schema(EVENTS_MANIFEST.schema))
 
@@ -57,19 +59,19 @@ def test_a_session_date_is_behind_when_its_window_holds_a_newer_events_version(s
 
     assert (
         session_dates_behind(
-            _events_manifest({DAY: 7}), _sessions_manifest(up_to_date), settings=settings
+            _events_manifest({(DAY, DAY): 7}), _sessions_manifest(up_to_date), settings=settings
         )
         == {}
     )
     # DAY's events moved on to version 9 (a run of sessions failed, or died, after that).
     assert session_dates_behind(
-        _events_manifest({DAY: 9}), _sessions_manifest(up_to_date), settings=settings
+        _events_manifest({(DAY, DAY): 9}), _sessions_manifest(up_to_date), settings=settings
     ) == dict.fromkeys(window, 9)
     # Only the dates that absorbed less than 9 are behind; one never computed is too.
     absorbed = {**up_to_date, window[0]: 9}
     del absorbed[window[-1]]
     assert session_dates_behind(
-        _events_manifest({DAY: 9}), _sessions_manifest(absorbed), settings=settings
+        _events_manifest({(DAY, DAY): 9}), _sessions_manifest(absorbed), settings=settings
     ) == dict.fromkeys(window[1:], 9)
 
 
@@ -77,7 +79,9 @@ def test_events_manifest_rows_without_a_version_ask_only_for_dates_never_compute
     later = DAY + timedelta(days=20)
     computed = dict.fromkeys(session_dates_for([DAY], settings), 3)
     behind = session_dates_behind(
-        _events_manifest({DAY: None, later: None}), _sessions_manifest(computed), settings=settings
+        _events_manifest({(DAY, DAY): None, (later, later): None}),
+        _sessions_manifest(computed),
+        settings=settings,
     )
     assert behind == dict.fromkeys(session_dates_for([later], settings), -1)
 
@@ -97,19 +101,7 @@ def _index(events: dict[tuple[int, int], int]) -> pa.Table:
 
 def _absorbed(inputs: dict[tuple[int, int], int]) -> pa.Table:
     """events_manifest rows: (event day, received day) -> the events version holding it."""
-    rows = [
-        {
-            "partition_date": _day(e),
-            "event_date": _day(e),
-            "received_date": _day(r),
-            "ingest_version": 1,
-            "run_id": "r",
-            "processed_at": datetime(2026, 1, 10),
-            "events_version": version,
-        }
-        for (e, r), version in inputs.items()
-    ]
-    return pa.Table.from_pylist(rows, schema=to_arrow_schema(EVENTS_MANIFEST.schema))
+    return _events_manifest({(_day(e), _day(r)): version for (e, r), version in inputs.items()})
 
 
 # Three whole days of 1,000 events each, received on their day, and a batch received on day 3
