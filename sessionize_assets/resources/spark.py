@@ -31,16 +31,28 @@ REQUIRED_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
-# The driver JVM's options: the time zone, and the class archive (`class_archive_options`).
+# The driver JVM's options: the time zone, the allocation retries (`JVM_OPTIONS`), and the
+# class archive (`class_archive_options`).
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-# The executors' JVM options (the time zone).
+# The executors' JVM options (the same, less the archive).
 EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
+# Every Spark JVM's options. Event dates are UTC dates. Java 17's G1 fails an allocation with
+# "Java heap space" after waiting twice for threads in JNI critical regions (Parquet's native
+# compression codecs) to leave them, however much of the heap a collection would free
+# (JDK-8192647, "Retried waiting for GCLocker too often"): the bench's full size died so with
+# the default 1 GB driver holding about 520 MB live, in a task deserialising its 1.9 MB
+# binary. Waiting up to 100 times turns that into a collection. Java 22 and later pin regions
+# instead and no longer read the option: ignored there, not a failed start.
+JVM_OPTIONS = (
+    "-Duser.timezone=UTC -XX:+IgnoreUnrecognizedVMOptions"
+    " -XX:+UnlockDiagnosticVMOptions -XX:GCLockerRetryAllocationCount=100"
+)
 # A window partition's rows held in a plain buffer before Spark moves it to a spillable one.
 WINDOW_ROWS_IN_MEMORY = 131_072
 DEFAULT_CONF = {
-    DRIVER_OPTIONS: "-Duser.timezone=UTC",
-    EXECUTOR_OPTIONS: "-Duser.timezone=UTC",
+    DRIVER_OPTIONS: JVM_OPTIONS,
+    EXECUTOR_OPTIONS: JVM_OPTIONS,
     # Daily partitions are small; 200 shuffle partitions would mostly schedule empty tasks.
     # In local mode: one per core (`local_cores`).
     SHUFFLE_PARTITIONS: "8",

@@ -8,6 +8,8 @@ import pytest
 
 from sessionize_assets.resources.spark import (
     DRIVER_OPTIONS,
+    EXECUTOR_OPTIONS,
+    JVM_OPTIONS,
     SHUFFLE_PARTITION_ROWS,
     SHUFFLE_PARTITIONS,
     WINDOW_ROWS_IN_MEMORY,
@@ -35,6 +37,19 @@ def test_session_runs_in_utc_with_micros_timestamps(spark_resource):
     assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MICROS"
     row = spark.sql("select to_date(timestamp'2026-01-01 23:30:00') as d").first()
     assert str(row.d) == "2026-01-01"
+
+
+def test_the_jvm_waits_out_jni_critical_regions_before_failing_an_allocation(spark):
+    """Java 17 failed the full size's ingest with "Java heap space" after two waits for
+    threads in Parquet's native codecs (JDK-8192647): the driver JVM runs with the retries
+    raised, and so do the server's and a cluster's executors."""
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    diagnostics = management.getPlatformMXBean(
+        spark.sparkContext._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert diagnostics.getVMOption("GCLockerRetryAllocationCount").getValue() == "100"
+    assert server_conf(Settings())[DRIVER_OPTIONS].startswith(JVM_OPTIONS)
+    assert spark_config(master="spark://host:7077")[EXECUTOR_OPTIONS] == JVM_OPTIONS
 
 
 def test_a_busy_users_window_stays_in_its_plain_buffer(spark_resource):
@@ -88,11 +103,11 @@ def test_the_driver_maps_its_classes_from_the_archive_when_there_is_one(spark, t
     archive = tmp_path / "spark-driver.jsa"
     options = DRIVER_OPTIONS
     # No archive written yet: the JVM options are left as they are.
-    assert spark_config(class_archive=archive)[options] == "-Duser.timezone=UTC"
+    assert spark_config(class_archive=archive)[options] == JVM_OPTIONS
     archive.write_bytes(b"")
     mapped = f"-XX:SharedArchiveFile={archive} -Xshare:auto"
     assert class_archive_options(archive) == mapped
-    assert spark_config(class_archive=archive)[options] == f"-Duser.timezone=UTC {mapped}"
+    assert spark_config(class_archive=archive)[options] == f"{JVM_OPTIONS} {mapped}"
     # Whatever a setting makes the options, the archive is added to them.
     conf = {options: "-Dsome.flag=1"}
     assert spark_config(class_archive=archive, conf=conf)[options] == f"-Dsome.flag=1 {mapped}"
