@@ -45,7 +45,9 @@ def test_the_jvm_waits_out_jni_critical_regions_before_failing_an_allocation(spa
     raised, and so do the server's and a cluster's executors."""
     management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     diagnostics = management.getPlatformMXBean(
-        spark.sparkContext._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+        spark.sparkContext._jvm.java.lang.Class.forName(
+            "com.sun.management.HotSpotDiagnosticMXBean"
+        )
     )
     assert diagnostics.getVMOption("GCLockerRetryAllocationCount").getValue() == "100"
     assert server_conf(Settings())[DRIVER_OPTIONS].startswith(JVM_OPTIONS)
