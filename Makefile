@@ -35,13 +35,14 @@ S3A_JARS_STAMP := $(S3A_JARS_DIR)/.fetched
 # again after an install (another pyspark is another class path).
 JVM_ARCHIVE := jars/spark-driver.jsa
 
-.PHONY: help java jars jvm-archive demo demo-day test lint format ui screenshot bench bench-small bench-daemon soak clean
+.PHONY: help java postgres jars jvm-archive demo demo-day test lint format ui serve serve-stop screenshot bench bench-small bench-daemon soak clean
 
 help:
 	@echo "make demo   set up, generate a landing zone, run the pipeline over it"
 	@echo "make test   set up and run the test suite (ruff, mypy, pytest)"
 	@echo "make ui     open the Dagster UI (dagster dev, its runs on a warm Spark) on the demo's history"
 	@echo "make demo-day  land the demo zone's next day (the UI's sensors process it)"
+	@echo "make serve  the deployment: webserver, daemon, code server on Postgres, supervised (docs/deployment.md)"
 	@echo "make screenshot  PNGs of the UI from headless Chromium (after make demo)"
 	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick: a few minutes; --mid: 1/25 of the full size)"
 	@echo "make bench-small  a small batch against a bare PySpark full recompute, by phase"
@@ -60,6 +61,20 @@ java:
 	else \
 		echo "error: Java 17+ is required by Spark and was not found." >&2; \
 		echo "Install it (e.g. 'sudo apt-get install openjdk-17-jre-headless') and retry." >&2; \
+		exit 1; \
+	fi
+
+# `make serve` keeps Dagster's storage in a Postgres cluster of its own: Debian's server,
+# installed with apt-get when it is missing (its programs in /usr/lib/postgresql/N/bin).
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then \
+		true; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "Postgres not found: installing postgresql with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; \
+	else \
+		echo "error: Postgres's server is required by make serve and was not found." >&2; \
+		echo "Install it (e.g. 'sudo apt-get install postgresql'), or set DAGSTER_PG_URL." >&2; \
 		exit 1; \
 	fi
 
@@ -114,7 +129,7 @@ format: $(STAMP)
 # Two workers, a whole module at a time (modules share fixtures and some tests build on the
 # previous one), the slow modules first (sessionize_tests/conftest.py).
 PYTEST_WORKERS ?= 2
-test: java jars $(JVM_ARCHIVE) $(STAMP) lint
+test: java postgres jars $(JVM_ARCHIVE) $(STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=8
 
 $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
@@ -150,6 +165,15 @@ demo-day: $(STAMP)
 ui: java $(STAMP) $(JVM_ARCHIVE) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) SESSIONIZE_START_DATE=$(DEMO_START) $(DEMO_LATENESS) \
 		$(BIN)/sessionize dev -h 127.0.0.1 -p 3000
+
+# The deployment (docs/deployment.md): Postgres, the Spark Connect server, the code server,
+# dagster-webserver and dagster-daemon under supervisord, in the foreground (Ctrl-C stops
+# them all; so does `make serve-stop` from another terminal). Its files are in .deploy/.
+serve: java postgres $(STAMP) $(JVM_ARCHIVE)
+	SESSIONIZE_DEPLOY_DIR=$(CURDIR)/.deploy $(BIN)/sessionize serve
+
+serve-stop: $(STAMP)
+	SESSIONIZE_DEPLOY_DIR=$(CURDIR)/.deploy $(BIN)/sessionize serve --stop
 
 # Headless Chromium against a real `dagster dev` on the demo's history; the PNG is not committed.
 SCREENSHOT ?= /tmp/sessionize.png

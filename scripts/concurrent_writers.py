@@ -38,7 +38,7 @@ from sessionize_tests.conftest import TEST_SPARK_CONF, make_settings, settings_e
 from sessionize_tests.dev_server import DagsterDev, DevServerError
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
-from sessionize_tests.test_dagster_dev import deliver
+from sessionize_tests.test_serve import deliver
 
 START = date(2024, 3, 1)
 PROJECT_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"

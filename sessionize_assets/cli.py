@@ -174,6 +174,41 @@ def _dev(args: argparse.Namespace) -> int:
             return process.wait()
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """The deployment's supervisor in the foreground (`deployment/serve.py`), or `--status`,
+    `--stop` of a running one."""
+    from sessionize_assets.deployment.serve import control, prepare, supervisord_command
+    from sessionize_assets.settings import DeploymentSettings
+
+    deployment = DeploymentSettings.from_env()
+    if args.status or args.stop:
+        return control(deployment, ["status"] if args.status else ["shutdown"])
+    prepared = prepare(
+        settings=Settings.from_env(),
+        deployment=deployment,
+        instance_settings=Path(args.instance),
+        working_dir=Path.cwd(),
+        environ=os.environ,
+    )
+    url = f"http://{deployment.webserver_host}:{deployment.webserver_port}"
+    print(
+        f"Serving {', '.join(prepared.programs)} under supervisord ({prepared.conf}); the UI at "
+        f"{url}; logs in {prepared.conf.parent / 'logs'}; stop with Ctrl-C or "
+        "`sessionize serve --stop`",
+        flush=True,
+    )
+    command = supervisord_command(prepared)
+    os.execve(command[0], command, dict(prepared.environment))
+
+
+def _after_postgres(args: argparse.Namespace) -> int:
+    from sessionize_assets.deployment.serve import exec_after_postgres
+
+    command = args.dagster_args[1:] if args.dagster_args[:1] == ["--"] else args.dagster_args
+    exec_after_postgres(command, environ=os.environ)
+    return 0  # not reached: the process became the command
+
+
 @contextmanager
 def _stopped_by_sigterm() -> Iterator[None]:
     """SIGTERM ends the block as Ctrl-C does, so its servers are stopped on the way out."""
@@ -418,6 +453,30 @@ def build_parser() -> argparse.ArgumentParser:
         "SESSIONIZE_SPARK_MASTER=sc://HOST:PORT (SESSIONIZE_SPARK_SERVER_HOST, _PORT).",
     )
     server.set_defaults(run=_spark_server)
+
+    serve = commands.add_parser(
+        "serve",
+        help="the deployment: dagster-webserver, dagster-daemon and a code server on Postgres, "
+        "with the Spark Connect server, under supervisord (make serve; docs/deployment.md)",
+    )
+    serve.add_argument(
+        "--instance",
+        default="dagster.yaml",
+        help="the instance settings (run queue, retries, monitoring) without storage; "
+        "default: the project's dagster.yaml",
+    )
+    serve_control = serve.add_mutually_exclusive_group()
+    serve_control.add_argument("--status", action="store_true", help="the programs' states")
+    serve_control.add_argument("--stop", action="store_true", help="stop every program")
+    serve.set_defaults(run=_serve)
+
+    after_postgres = commands.add_parser(
+        "after-postgres",
+        add_help=False,
+        help="run a command once DAGSTER_PG_URL's server accepts connections (what the "
+        "deployment's supervisor starts Dagster's processes with)",
+    )
+    after_postgres.set_defaults(run=_after_postgres, passes_arguments=True)
 
     dev = commands.add_parser(
         "dev",

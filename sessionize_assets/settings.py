@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
@@ -304,6 +305,71 @@ class Settings:
                 "SESSIONIZE_DRIVER_WRITE_BYTES", _non_negative_int, defaults.driver_write_bytes
             ),
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentSettings:
+    """Where `sessionize serve`'s processes live and listen (`deployment/`, docs/deployment.md).
+
+    Dagster's storage is `postgres_url` when one is given (`DAGSTER_PG_URL`, or Dagster's own
+    `DAGSTER_PG_USERNAME`, `_PASSWORD`, `_HOST`, `_PORT` and `_DB`); else a Postgres cluster
+    of the deployment's own, in `deploy_dir`, on `postgres_port`.
+    """
+
+    # The supervisor's config, socket and logs, Dagster's home, and the local Postgres cluster.
+    deploy_dir: Path = Path(".deploy")
+    # The webserver: loopback by default (it has no authentication of its own).
+    webserver_host: str = "127.0.0.1"
+    webserver_port: int = 3000
+    # The code location's gRPC server, which the webserver and the daemon reach on loopback.
+    code_server_port: int = 4266
+    postgres_port: int = 5433
+    postgres_url: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("webserver_port", "code_server_port", "postgres_port"):
+            if not 0 < getattr(self, name) < 65536:
+                raise SettingsError(f"{name.replace('_', ' ')} must be 1-65535")
+        if self.postgres_url is not None and not self.postgres_url.startswith(
+            ("postgresql://", "postgres://", "postgresql+")
+        ):
+            raise SettingsError("DAGSTER_PG_URL must be a postgresql:// URL")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DeploymentSettings:
+        env = os.environ if environ is None else environ
+        defaults = cls()
+
+        def read(name: str, parse, default):
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                return parse(raw)
+            except ValueError as exc:
+                raise SettingsError(f"{name}={raw!r}: {exc}") from exc
+
+        return cls(
+            deploy_dir=read("SESSIONIZE_DEPLOY_DIR", Path, defaults.deploy_dir),
+            webserver_host=read("SESSIONIZE_WEBSERVER_HOST", str, defaults.webserver_host),
+            webserver_port=read("SESSIONIZE_WEBSERVER_PORT", int, defaults.webserver_port),
+            code_server_port=read("SESSIONIZE_CODE_SERVER_PORT", int, defaults.code_server_port),
+            postgres_port=read("SESSIONIZE_POSTGRES_PORT", int, defaults.postgres_port),
+            postgres_url=read("DAGSTER_PG_URL", str, None) or _postgres_url_of_parts(env),
+        )
+
+
+def _postgres_url_of_parts(env: Mapping[str, str]) -> str | None:
+    """The URL Dagster's `postgres_db` settings name (`DAGSTER_PG_HOST` and the rest)."""
+    host = env.get("DAGSTER_PG_HOST", "").strip()
+    if not host:
+        return None
+    user = quote(env.get("DAGSTER_PG_USERNAME", "postgres"), safe="")
+    password = env.get("DAGSTER_PG_PASSWORD", "")
+    userinfo = f"{user}:{quote(password, safe='')}" if password else user
+    port = env.get("DAGSTER_PG_PORT", "5432").strip() or "5432"
+    database = quote(env.get("DAGSTER_PG_DB", "postgres"), safe="")
+    return f"postgresql://{userinfo}@{host}:{port}/{database}"
 
 
 def _parse_spark_conf(raw: str) -> dict[str, str]:

@@ -29,3 +29,15 @@ def code_server_workspace_yaml(socket: Path) -> str:
         f"      socket: {socket}\n"
         f"      location_name: {CODE_LOCATION}\n"
     )
+
+
+def grpc_workspace_yaml(host: str, port: int) -> str:
+    """A workspace file's text that reaches the definitions as the same code location, served
+    by a running `dagster code-server start --host HOST --port PORT` (`sessionize serve`)."""
+    return (
+        "load_from:\n"
+        "  - grpc_server:\n"
+        f"      host: {host}\n"
+        f"      port: {port}\n"
+        f"      location_name: {CODE_LOCATION}\n"
+    )

@@ -12,17 +12,26 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dagster import DagsterInstance
+
+from sessionize_assets.deployment.postgres import LocalPostgres
+from sessionize_assets.deployment.serve import with_driver
 from sessionize_assets.spark_server import stop_process_group
 from sessionize_assets.workspace import CODE_LOCATION, workspace_yaml
 
 REPOSITORY = "__repository__"
+# The project's instance settings (run queue, retries, monitoring), which `make ui` and
+# `make serve` start from.
+PROJECT_INSTANCE_SETTINGS = Path(__file__).resolve().parents[1] / "dagster.yaml"
 T = TypeVar("T")
 
 
@@ -87,22 +96,10 @@ class DagsterDev:
         instance_yaml = self.dagster_home / "dagster.yaml"
         if not instance_yaml.exists():
             instance_yaml.write_text("telemetry:\n  enabled: false\n")
-        workspace = self.workdir / "workspace.yaml"
-        workspace.write_text(workspace_yaml())
-        program = Path(sys.executable).with_name(self.program)
         with self.log_path.open("ab") as log:
             # A new session, so stop() can signal the whole tree (webserver, daemon, code server).
             self._process = subprocess.Popen(
-                [
-                    str(program),
-                    "dev",
-                    "-w",
-                    str(workspace),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                ],
+                self._command(),
                 cwd=self.workdir,
                 env=self._env,
                 stdout=log,
@@ -111,10 +108,22 @@ class DagsterDev:
             )
         self.wait_for(self._daemons_healthy, timeout=timeout, what="webserver and daemons")
 
+    def _command(self) -> list[str]:
+        workspace = self.workdir / "workspace.yaml"
+        workspace.write_text(workspace_yaml())
+        program = Path(sys.executable).with_name(self.program)
+        return [str(program), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(self.port)]
+
     def stop(self, *, timeout: float = 30.0) -> None:
         if self._process is not None:
             stop_process_group(self._process, timeout=timeout)
         self._process = None
+
+    @contextmanager
+    def instance(self) -> Iterator[DagsterInstance]:
+        """The Dagster instance the processes store their runs in, read from this process."""
+        with DagsterInstance.from_config(str(self.dagster_home)) as instance:
+            yield instance
 
     @property
     def session(self) -> int:
@@ -343,3 +352,84 @@ class DagsterDev:
         return not any(r["status"] in active for r in self.runs()) and not any(
             b["status"] == "REQUESTED" for b in self.backfills()
         )
+
+
+class ServedDeployment(DagsterDev):
+    """`sessionize serve` (`make serve`) in the background: Postgres, the Spark Connect server,
+    the code server, the webserver and the daemon under supervisord, driven over GraphQL as
+    `DagsterDev` is.
+
+    The deployment's folder is a new one in the system's temp (Postgres runs as its own account
+    when the tests run as root, and must reach it: pytest's folders are private to their
+    owner); `stop()` removes it. `dagster_home` is the deployment's, on Postgres.
+    """
+
+    def __init__(self, *, workdir: Path, env: Mapping[str, str], port: int = 0) -> None:
+        self.deploy_dir = Path(tempfile.mkdtemp(prefix="sessionize-deploy-"))
+        self.deploy_dir.chmod(0o755)
+        self.postgres_port = free_port()
+        deployment = {
+            "SESSIONIZE_DEPLOY_DIR": str(self.deploy_dir),
+            "SESSIONIZE_CODE_SERVER_PORT": str(free_port()),
+            "SESSIONIZE_POSTGRES_PORT": str(self.postgres_port),
+        }
+        super().__init__(
+            workdir=workdir,
+            dagster_home=self.deploy_dir / "dagster_home",
+            env={**env, **deployment},
+            port=port,
+            program="sessionize",
+        )
+        self._env["SESSIONIZE_WEBSERVER_PORT"] = str(self.port)
+        self.log_path = workdir / "serve.log"
+
+    def _command(self) -> list[str]:
+        program = Path(sys.executable).with_name(self.program)
+        return [str(program), "serve", "--instance", str(PROJECT_INSTANCE_SETTINGS)]
+
+    def stop(self, *, timeout: float = 60.0) -> None:
+        # supervisord stops its programs in turn on SIGTERM (the group's other processes are
+        # theirs: the supervisor signals them itself).
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                stop_process_group(self._process, timeout=timeout)
+        self._process = None
+        shutil.rmtree(self.deploy_dir, ignore_errors=True)
+
+    def supervisorctl(self, *arguments: str) -> str:
+        """`supervisorctl` on the deployment (`status`, `stop daemon`, `start daemon`)."""
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("supervisorctl"))]
+            + ["-c", str(self.deploy_dir / "supervisord.conf"), *arguments],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout + done.stderr
+
+    @property
+    def postgres_url(self) -> str:
+        """The deployment's Dagster storage, as its processes reach it (`DAGSTER_PG_URL`)."""
+        cluster = LocalPostgres(self.deploy_dir / "postgres", port=self.postgres_port)
+        return with_driver(cluster.ensure().url)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What a command given the deployment's instance runs with (`sessionize replay`)."""
+        return {"DAGSTER_HOME": str(self.dagster_home), "DAGSTER_PG_URL": self.postgres_url}
+
+    @contextmanager
+    def instance(self) -> Iterator[DagsterInstance]:
+        saved = os.environ.get("DAGSTER_PG_URL")
+        os.environ["DAGSTER_PG_URL"] = self.postgres_url
+        try:
+            with DagsterInstance.from_config(str(self.dagster_home)) as instance:
+                yield instance
+        finally:
+            if saved is None:
+                os.environ.pop("DAGSTER_PG_URL", None)
+            else:
+                os.environ["DAGSTER_PG_URL"] = saved

@@ -1,21 +1,25 @@
-"""End to end through the real `dagster dev`: webserver, daemon, sensors, automation, backfills.
+"""End to end through the deployment (`make serve`): Dagster's webserver, daemon and code
+server on Postgres, with the Spark Connect server, under supervisord.
 
-As a user does it: `sessionize replay` processes the first two batches in a Spark session of its
-own and hands its sensor cursors over (`make demo`), then `sessionize dev` starts a Spark
-Connect server and `dagster dev` on the same Dagster home (`make ui`), whose runs use the server,
-and must launch nothing. A third batch folder is dropped into the landing zone: from there only the
-daemon acts (landing sensor -> ingest, late-data sensor -> events, stale-sessions sensor ->
-sessions with automation as the backstop, lifecycle sensor -> snapshot) and the Delta tables
+As an operator does it: `sessionize serve` starts the deployment with an empty landing zone;
+with its daemon stopped (`supervisorctl stop daemon`), `sessionize replay` processes the
+first two batches into the deployment's instance and hands its sensor cursors over; the
+daemon started again must launch nothing. A third batch folder is dropped into the landing
+zone: from there only the daemon acts (landing sensor -> ingest, late-data sensor -> events,
+stale-sessions sensor -> sessions with automation as the backstop, lifecycle sensor ->
+snapshot), its runs launched by the code server on the Spark server, and the Delta tables
 must end up equal to the plain-Python full recompute. The same folder re-delivered as it was
 launches nothing. Then a partition backfill launched through GraphQL must complete as one range
 run per asset and leave the tables unchanged. After each step the UI shows no partition
-unsynced: it is shown stale only when it is.
+unsynced: it is shown stale only when it is. Postgres and the webserver listen on loopback
+alone. `make ui`'s `sessionize dev` is what the soak runs (`test_soak.py`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
-import shutil
+import subprocess
 import time
 import urllib.request
 from collections import Counter
@@ -31,8 +35,8 @@ from sessionize_assets.checks.freshness import FRESHNESS_SENSOR
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.resources.spark import SERVER_TAG_MARK
 from sessionize_assets.settings import Settings
-from sessionize_tests.conftest import make_settings, run_sessionize, settings_environment
-from sessionize_tests.dev_server import DagsterDev, free_port, land_folder
+from sessionize_tests.conftest import PROJECT, make_settings, run_sessionize, settings_environment
+from sessionize_tests.dev_server import ServedDeployment, free_port, land_folder
 from sessionize_tests.lifecycle_reference import lifecycle_reference
 from sessionize_tests.reference import reference_sessions, reference_validate
 
@@ -105,8 +109,8 @@ def _actual(settings: Settings) -> tuple[dict, Counter, list[tuple], list[tuple]
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dagster_dev")
+def deployment(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
     settings = make_settings(
         root,
         start_date=START,
@@ -120,18 +124,17 @@ def dev(tmp_path_factory):
     generate_landing_zone(
         ZoneSpec(out=generated, start=START, users=40, seed=5, late_share=0.3), days=DAYS
     )
-    for offset in range(DAYS - 1):
-        deliver(generated, settings, START + timedelta(days=offset))
     env = settings_environment(settings)
-    home = root / "dagster_home"
-    home.mkdir()
-    # The project's instance settings: run queue pools, run monitoring, run retries.
-    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
-    # `make demo`: the batches so far through `sessionize replay`, which hands its cursors over.
-    replayed = run_sessionize(
-        "replay", env=env | {"DAGSTER_HOME": str(home)}, cwd=root, timeout=BATCH_TIMEOUT
-    )
-    with DagsterDev(workdir=root, dagster_home=home, env=env, program="sessionize") as server:
+    with ServedDeployment(workdir=root, env=env) as server:
+        # A history loaded into a running deployment: its daemon stopped, the batches so far
+        # through `sessionize replay` on its instance, which hands the cursors over.
+        assert "daemon: stopped" in server.supervisorctl("stop", "daemon")
+        for offset in range(DAYS - 1):
+            deliver(generated, settings, START + timedelta(days=offset))
+        replayed = run_sessionize(
+            "replay", env=env | server.environment, cwd=root, timeout=BATCH_TIMEOUT
+        )
+        assert "daemon: started" in server.supervisorctl("start", "daemon")
         yield server, settings, generated, replayed
 
 
@@ -169,7 +172,7 @@ def _reported_jobs(instance: DagsterInstance, asset: str, run_ids: set[str]) -> 
     )
 
 
-def _new_runs(server: DagsterDev, before: set[str]) -> list[dict]:
+def _new_runs(server: ServedDeployment, before: set[str]) -> list[dict]:
     """The pipeline's runs since `before`: not the freshness check's, which its sensor runs
     after each deadline (and at its first tick) and which write nothing."""
     return [
@@ -180,7 +183,7 @@ def _new_runs(server: DagsterDev, before: set[str]) -> list[dict]:
     ]
 
 
-def _finished_ticks(server: DagsterDev, sensor: str) -> list[dict]:
+def _finished_ticks(server: ServedDeployment, sensor: str) -> list[dict]:
     """`sensor`'s newest finished ticks, newest first: one still evaluating (STARTED) has no
     outcome yet, and on a loaded machine the newest tick often is."""
     return [t for t in server.sensor_ticks(sensor, limit=5) if t["status"] != "STARTED"]
@@ -193,8 +196,8 @@ def _launched_by_the_daemon(run: dict) -> bool:
     )
 
 
-def test_the_ui_launches_nothing_after_replay(dev):
-    server, _, _, replay_output = dev
+def test_the_ui_launches_nothing_after_replay(deployment):
+    server, _, _, replay_output = deployment
     # The landing and late-data sensors compare with the lake: only the lifecycle's has a cursor.
     assert "lifecycle_sensor: cursor stored for the daemon" in replay_output, replay_output
     assert "late_data_sensor: cursor" not in replay_output
@@ -214,8 +217,8 @@ def test_the_ui_launches_nothing_after_replay(dev):
     assert server.unsynced() == {}
 
 
-def test_a_dropped_folder_reaches_the_snapshot_with_no_click(dev):
-    server, settings, generated, _ = dev
+def test_a_dropped_folder_reaches_the_snapshot_with_no_click(deployment):
+    server, settings, generated, _ = deployment
     day = START + timedelta(days=DAYS - 1)
     before = {r["runId"] for r in server.runs()}
     deliver(generated, settings, day)
@@ -246,18 +249,18 @@ def test_a_dropped_folder_reaches_the_snapshot_with_no_click(dev):
     # Those days' sessions were materialized again: the snapshot days that follow from them
     # were reported again after them, so the UI shows no partition of any asset unsynced.
     assert server.unsynced() == {}
-    # The runs' Spark was the server `sessionize dev` started: it ran their jobs, and each
+    # The runs' Spark was the deployment's Spark server: it ran their jobs, and each
     # run's count of them (from the server's status API) is what its steps report.
     served = _server_jobs_by_step(settings)
     assert set(served) >= {"ingest", "events", "sessions"}, served
-    with DagsterInstance.from_config(str(server.dagster_home)) as instance:
+    with server.instance() as instance:
         for asset, step in (("events", "events"), ("sessions", "sessions")):
             reported = _reported_jobs(instance, asset, {r["runId"] for r in runs})
             assert reported == served[step] > 0, (asset, reported, served)
 
 
-def test_an_identical_redelivery_launches_nothing(dev):
-    server, settings, generated, _ = dev
+def test_an_identical_redelivery_launches_nothing(deployment):
+    server, settings, generated, _ = deployment
     day = START + timedelta(days=DAYS - 1)
     before = {r["runId"] for r in server.runs()}
     expected = _actual(settings)
@@ -276,8 +279,8 @@ def test_an_identical_redelivery_launches_nothing(dev):
     assert _actual(settings) == expected
 
 
-def test_partition_backfill_from_graphql_runs_one_range_per_asset(dev):
-    server, settings, _, _ = dev
+def test_partition_backfill_from_graphql_runs_one_range_per_asset(deployment):
+    server, settings, _, _ = deployment
     expected = _actual(settings)
     assert expected[2] and expected[3], "the previous test leaves sessions and a snapshot"
     partitions = [(START + timedelta(days=d)).isoformat() for d in range(DAYS)]
@@ -299,3 +302,35 @@ def test_partition_backfill_from_graphql_runs_one_range_per_asset(dev):
     server.wait_for(server.idle, timeout=BATCH_TIMEOUT, what="automation after the backfill")
     assert _actual(settings) == expected
     assert server.unsynced() == {}
+
+
+def _listening_addresses(port: int) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The local addresses the kernel has a TCP socket listening at on `port` (/proc/net)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port:  # 0A: LISTEN
+                continue
+            # Each 32-bit word in the host's (little-endian) byte order.
+            raw = b"".join(
+                bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8)
+            )
+            ip = ipaddress.ip_address(raw)
+            found.add(ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip)
+    return found
+
+
+def test_postgres_and_the_webserver_listen_on_loopback_alone(deployment):
+    server, _, _, _ = deployment
+    loopback = {ipaddress.ip_address("127.0.0.1")}
+    assert _listening_addresses(server.postgres_port) == loopback
+    assert _listening_addresses(server.port) == loopback
+    # The storage is the deployment's Postgres, and its password is nowhere in the repository.
+    assert server.postgres_url.startswith("postgresql+psycopg2://sessionize:")
+    password = server.postgres_url.split(":")[2].split("@")[0]
+    tracked = subprocess.run(
+        ["git", "grep", "-l", "-F", password], cwd=PROJECT, capture_output=True, check=False
+    )
+    assert tracked.returncode == 1, tracked.stdout
