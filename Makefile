@@ -47,7 +47,7 @@ help:
 	@echo "make bench  the small-batch and scale benchmarks (BENCH_ARGS=--quick: a few minutes; --mid: 1/25 of the full size)"
 	@echo "make bench-small  a small batch against a bare PySpark full recompute, by phase"
 	@echo "make bench-daemon  the UI's runs (sessionize dev) against the same batches in one process"
-	@echo "make soak   30 batches under sessionize dev with its processes killed (SOAK_ARGS=--seed N)"
+	@echo "make soak   30 batches under sessionize dev with its processes killed (SOAK_ARGS=--seed N; --serve: the deployment)"
 	@echo "make jars   fetch the Delta Lake and S3 connector jars from Maven Central (make test does)"
 	@echo "make jvm-archive  the class archive new Spark drivers start from (make test and make ui do)"
 

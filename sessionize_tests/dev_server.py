@@ -89,6 +89,10 @@ class DagsterDev:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop it for good (a deployment's folder goes too)."""
         self.stop()
 
     def start(self, *, timeout: float = 120.0) -> None:
@@ -150,6 +154,9 @@ class DagsterDev:
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:2000]
             raise DevServerError(f"GraphQL HTTP {error.code}: {detail}") from error
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            # Not listening (a webserver killed and not yet started again), or not answering.
+            raise DevServerError(f"GraphQL unreachable at {self.url}: {error}") from error
         if payload.get("errors"):
             raise DevServerError(f"GraphQL errors: {payload['errors']}")
         return payload["data"]
@@ -361,7 +368,8 @@ class ServedDeployment(DagsterDev):
 
     The deployment's folder is a new one in the system's temp (Postgres runs as its own account
     when the tests run as root, and must reach it: pytest's folders are private to their
-    owner); `stop()` removes it. `dagster_home` is the deployment's, on Postgres.
+    owner); `close()` removes it (`stop()` keeps it: a deployment started again finds its
+    storage). `dagster_home` is the deployment's, on Postgres.
     """
 
     def __init__(self, *, workdir: Path, env: Mapping[str, str], port: int = 0) -> None:
@@ -397,6 +405,9 @@ class ServedDeployment(DagsterDev):
             except subprocess.TimeoutExpired:
                 stop_process_group(self._process, timeout=timeout)
         self._process = None
+
+    def close(self) -> None:
+        self.stop()
         shutil.rmtree(self.deploy_dir, ignore_errors=True)
 
     def supervisorctl(self, *arguments: str) -> str:
@@ -409,6 +420,12 @@ class ServedDeployment(DagsterDev):
             check=False,
         )
         return done.stdout + done.stderr
+
+    def program_pid(self, name: str) -> int | None:
+        """The pid of the deployment's program `name` (`webserver`, `postgres`: the
+        postmaster), as its supervisor knows it; None when it is not running."""
+        answer = self.supervisorctl("pid", name).strip()
+        return int(answer) if answer.isdigit() and int(answer) > 0 else None
 
     @property
     def postgres_url(self) -> str:

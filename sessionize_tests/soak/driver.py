@@ -18,6 +18,13 @@ folders one by one, as a collector does. On the way, from the seed it prints:
 - it launches backfills of overlapping dates through the webserver's GraphQL API, as the
   UI's Partitions tab does.
 
+With `--serve` it runs the deployment instead (`sessionize serve`: Postgres, the Spark server,
+the code server, webserver and daemon under supervisord), and kills the daemon alone, the
+webserver, the code server and Postgres's postmaster too (`--webserver-kills`,
+`--code-server-kills`, `--postgres-kills`: one each by default), each started again by the
+supervisor; the whole tree's kill takes the supervisor and Postgres with it, and the soak
+starts `sessionize serve` again, as a machine's service manager would.
+
 Then it waits until nothing is queued or running and the lake says nothing is behind, stops
 `sessionize dev`, and compares every table with the full recompute. It prints the faults
 injected, the runs failed and retried, the seconds to converge and every difference, and exits
@@ -43,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterRunStatus, RunsFilter
 from pyspark.sql import SparkSession
 
 from sessionize_assets.definitions import SESSIONS_JOB, build_definitions, resource_of
@@ -54,7 +61,13 @@ from sessionize_assets.resources.spark import SparkResource
 from sessionize_assets.schedules import MAINTENANCE_JOB
 from sessionize_assets.sensors.behind import Behind
 from sessionize_tests.conftest import make_settings, settings_environment, wait_until_group_is_gone
-from sessionize_tests.dev_server import DagsterDev, DevServerError, free_port, land_folder
+from sessionize_tests.dev_server import (
+    DagsterDev,
+    DevServerError,
+    ServedDeployment,
+    free_port,
+    land_folder,
+)
 from sessionize_tests.full_recompute import differences
 from sessionize_tests.soak import processes
 from sessionize_tests.soak.faults import (
@@ -95,12 +108,18 @@ class SoakPlan:
     backfills: int = 2
     # Seconds to wait for the tables to converge after the last batch and fault.
     converge_timeout: float = 1800.0
+    # The deployment (`sessionize serve`) instead of `sessionize dev`, and the kills of its own
+    # programs, each restarted by its supervisor.
+    serve: bool = False
+    webserver_kills: int = 0
+    code_server_kills: int = 0
+    postgres_kills: int = 0
 
 
 @dataclass(frozen=True)
 class Fault:
     batch: int
-    kind: str  # point | step | daemon | server | restart
+    kind: str  # point | step | daemon | server | restart | webserver | code-server | postgres
     target: str = ""
 
 
@@ -170,6 +189,9 @@ def schedule(plan: SoakPlan) -> list[Fault]:
         ("daemon", plan.daemon_kills),
         ("server", plan.server_kills),
         ("restart", plan.restarts),
+        ("webserver", plan.webserver_kills),
+        ("code-server", plan.code_server_kills),
+        ("postgres", plan.postgres_kills),
     ):
         faults += [Fault(draw.choice(later), kind) for _ in range(count)]
     return sorted(faults, key=lambda fault: (fault.batch, fault.kind, fault.target))
@@ -213,8 +235,12 @@ class Soak:
             FAULTS_VARIABLE: str(self.points.folder),
             "PYTHONPATH": f"{HOOKS_DIR}:{PROJECT}",
         }
-        self.dev = DagsterDev(
-            workdir=root, dagster_home=self.home, env=self.env, program="sessionize"
+        self.dev: DagsterDev = (
+            ServedDeployment(workdir=root, env=self.env)
+            if plan.serve
+            else DagsterDev(
+                workdir=root, dagster_home=self.home, env=self.env, program="sessionize"
+            )
         )
         self.started = time.monotonic()
         self._backfills_from: int | None = None
@@ -241,8 +267,9 @@ class Soak:
             ),
             days=plan.batches,
         )
-        self.home.mkdir(parents=True)
-        shutil.copy(PROJECT / "dagster.yaml", self.home / "dagster.yaml")
+        if not plan.serve:  # the deployment writes its own
+            self.home.mkdir(parents=True)
+            shutil.copy(PROJECT / "dagster.yaml", self.home / "dagster.yaml")
         faults = schedule(plan)
         together = self.draw.randrange(1, plan.batches - 1) if plan.batches > 2 else None
         redeliver = self.draw.randrange(2, plan.batches) if plan.batches > 2 else None
@@ -251,7 +278,7 @@ class Soak:
         )
         self.dev.start()
         try:
-            with DagsterInstance.from_config(str(self.home)) as instance:
+            with self.dev.instance() as instance:
                 self.instance = instance
                 batch = 0
                 while batch < plan.batches:
@@ -276,7 +303,7 @@ class Soak:
                 self.report.converge_seconds = self._converge(since=self.last_change)
                 self._count_runs()
         finally:
-            self.dev.stop()
+            self.dev.close()
         self.report.differences = self._compare(spark)
         self.report.seconds = time.monotonic() - self.started
         return self.report
@@ -370,10 +397,17 @@ class Soak:
         else:
             # Somewhere in the batch's runs: after a few seconds of them.
             self._wait(lambda: None, seconds=self.draw.uniform(2.0, 15.0))
-        if fault.kind == "daemon":
+        if fault.kind == "daemon" and isinstance(self.dev, ServedDeployment):
+            # The daemon alone: its supervisor starts it again.
+            self._note(fault, processes.kill(self.dev.program_pid("daemon")), "the daemon")
+        elif fault.kind == "daemon":
             killed = processes.kill(processes.daemon_pid(self.dev.session))
             self._note(fault, killed, "the daemon")
             self._restart_if_down()
+        elif fault.kind in ("webserver", "code-server", "postgres"):
+            assert isinstance(self.dev, ServedDeployment), f"{fault.kind}: a deployment's"
+            program = "Postgres's postmaster" if fault.kind == "postgres" else f"the {fault.kind}"
+            self._note(fault, processes.kill(self.dev.program_pid(fault.kind)), program)
         elif fault.kind == "server":
             killed = processes.kill(processes.spark_server_pid(self.settings.spark_server_port))
             self._note(fault, killed, "the Spark Connect server")
@@ -399,10 +433,14 @@ class Soak:
         its own), as a machine's crash does; return once they are gone."""
         session = self.dev.session
         server = processes.spark_server_pid(self.settings.spark_server_port)
+        # A deployment's supervisor gives each program a process group of its own.
+        members = processes.session_members(session)
         os.killpg(session, signal.SIGKILL)
+        for pid in members:
+            processes.kill(pid)
         processes.kill(server)
         wait_until_group_is_gone(session)
-        while server is not None and processes.session_of(server) is not None:
+        while any(processes.alive(pid) for pid in [*members, server] if pid):
             time.sleep(0.2)
         self.dev.stop()  # reaps it
 
@@ -519,6 +557,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=2)
     parser.add_argument("--backfills", type=int, default=2)
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder, kept")
+    parser.add_argument(
+        "--serve", action="store_true", help="the deployment (sessionize serve) on Postgres"
+    )
+    for program in ("webserver", "code-server", "postgres"):
+        parser.add_argument(
+            f"--{program}-kills", type=int, default=None, help="with --serve; default 1"
+        )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10_000)
     plan = SoakPlan(
@@ -530,6 +575,15 @@ def main(argv: list[str] | None = None) -> int:
         server_kills=args.server_kills,
         restarts=args.restarts,
         backfills=args.backfills,
+        serve=args.serve,
+        **{
+            f"{program}_kills": (1 if args.serve else 0) if count is None else count
+            for program, count in (
+                ("webserver", args.webserver_kills),
+                ("code_server", args.code_server_kills),
+                ("postgres", args.postgres_kills),
+            )
+        },
     )
     print(f"soak seed {seed} (again: --seed {seed})", flush=True)
     with soak_folder(args.keep) as root:

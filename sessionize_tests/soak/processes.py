@@ -1,7 +1,8 @@
-"""The processes of a `sessionize dev` tree the soak kills besides run workers (which the fault
-points' hook names, `faults.py`): the daemon, the Spark Connect server, the whole tree. Found
-from /proc (Linux), never by name alone: the soak's server is the one listening on its own
-port, its daemon the one in its own session."""
+"""The processes of a `sessionize dev` tree (or of a `sessionize serve` deployment) the soak
+kills besides run workers (which the fault points' hook names, `faults.py`): the daemon, the
+Spark Connect server, the whole tree. Found from /proc (Linux), never by name alone: the soak's
+server is the one listening on its own port, its daemon the one in its own session. A
+deployment's programs are found by their supervisor (`ServedDeployment.program_pid`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,21 @@ def command_lines() -> dict[int, str]:
                 continue
             found[int(entry.name)] = raw.replace(b"\0", b" ").decode(errors="replace")
     return found
+
+
+def session_members(session: int) -> list[int]:
+    """The live processes of `session` (a deployment's supervisor and every program it
+    started: supervisord gives each program a process group, not a session, of its own)."""
+    return [pid for pid in command_lines() if session_of(pid) == session and alive(pid)]
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs: not gone, and not a zombie its parent has yet to reap."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def session_of(pid: int) -> int | None:
