@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
-from urllib.parse import quote
 
 from sessionize_assets.lake.location import Location
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
@@ -360,16 +359,20 @@ class DeploymentSettings:
 
 
 def _postgres_url_of_parts(env: Mapping[str, str]) -> str | None:
-    """The URL Dagster's `postgres_db` settings name (`DAGSTER_PG_HOST` and the rest)."""
+    """The URL Dagster's `postgres_db` settings name (`DAGSTER_PG_HOST` and the rest), built
+    as dagster-postgres builds it from them."""
+    from dagster_postgres.utils import get_conn_string
+
     host = env.get("DAGSTER_PG_HOST", "").strip()
     if not host:
         return None
-    user = quote(env.get("DAGSTER_PG_USERNAME", "postgres"), safe="")
-    password = env.get("DAGSTER_PG_PASSWORD", "")
-    userinfo = f"{user}:{quote(password, safe='')}" if password else user
-    port = env.get("DAGSTER_PG_PORT", "5432").strip() or "5432"
-    database = quote(env.get("DAGSTER_PG_DB", "postgres"), safe="")
-    return f"postgresql://{userinfo}@{host}:{port}/{database}"
+    return get_conn_string(
+        username=env.get("DAGSTER_PG_USERNAME", "postgres"),
+        password=env.get("DAGSTER_PG_PASSWORD", ""),
+        hostname=host,
+        port=env.get("DAGSTER_PG_PORT", "5432").strip() or "5432",
+        db_name=env.get("DAGSTER_PG_DB", "postgres"),
+    )
 
 
 def _parse_spark_conf(raw: str) -> dict[str, str]:

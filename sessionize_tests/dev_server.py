@@ -413,7 +413,7 @@ class ServedDeployment(DagsterDev):
     def supervisorctl(self, *arguments: str) -> str:
         """`supervisorctl` on the deployment (`status`, `stop daemon`, `start daemon`)."""
         done = subprocess.run(
-            [str(Path(sys.executable).with_name("supervisorctl"))]
+            [sys.executable, "-m", "supervisor.supervisorctl"]
             + ["-c", str(self.deploy_dir / "supervisord.conf"), *arguments],
             capture_output=True,
             text=True,

@@ -165,7 +165,9 @@ def prepare(
 
 def supervisord_command(deployment: Deployment) -> list[str]:
     """The supervisor in the foreground: Ctrl-C or SIGTERM stops every program, then itself."""
-    return [str(Path(sys.executable).with_name("supervisord")), "-n", "-c", str(deployment.conf)]
+    from supervisor import supervisord
+
+    return [sys.executable, "-m", supervisord.__name__, "-n", "-c", str(deployment.conf)]
 
 
 def control(deployment: DeploymentSettings, arguments: Sequence[str]) -> int:
@@ -173,8 +175,10 @@ def control(deployment: DeploymentSettings, arguments: Sequence[str]) -> int:
     conf = deployment.deploy_dir.absolute() / "supervisord.conf"
     if not conf.is_file():
         raise DeploymentError(f"no deployment in {conf.parent}: start it with `sessionize serve`")
-    supervisorctl = str(Path(sys.executable).with_name("supervisorctl"))
-    return subprocess.run([supervisorctl, "-c", str(conf), *arguments], check=False).returncode
+    from supervisor import supervisorctl
+
+    command = [sys.executable, "-m", supervisorctl.__name__, "-c", str(conf), *arguments]
+    return subprocess.run(command, check=False).returncode
 
 
 def with_driver(url: str) -> str:
