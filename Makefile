@@ -205,8 +205,10 @@ BENCH_DAEMON_ARGS ?=
 bench: bench-small bench-daemon
 	$(BIN)/python scripts/bench_scale.py $(BENCH_ARGS)
 
-bench-small: java jars $(STAMP)
-	$(BIN)/python scripts/bench_small_batch.py $(BENCH_SMALL_ARGS)
+# BENCH_SMALL_ARGS="--storage sqlite,postgres": the same zone with Dagster on each, in one run
+# (Postgres: a cluster of the bench's own; hence `postgres`, and the tests' free_port).
+bench-small: java jars postgres $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/bench_small_batch.py $(BENCH_SMALL_ARGS)
 
 # Scripts that drive `dagster dev` import its driver from the tests (sessionize_tests/dev_server.py,
 # not part of the installed package): hence PYTHONPATH.

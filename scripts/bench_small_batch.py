@@ -15,14 +15,21 @@ does (production Spark settings, in one process), and reports:
 - their ratio, and the batch's time by phase (median over the batches after the first):
   Spark jobs (from Spark's event log), the driver's other calls into Spark's JVM (plan
   analysis, py4j round trips), delta-rs (log loads and commits), Dagster storing its events,
-  and what is left (Dagster's run and step machinery, Python). Parsing the batch's lines in
-  Python happens inside ingest's Spark job; it is measured on its own, on the driver.
+  Dagster creating its runs, and what is left (Dagster's run and step machinery, Python).
+  Parsing the batch's lines in Python happens inside ingest's Spark job; it is measured on its
+  own, on the driver.
+
+With `--storage sqlite,postgres` the zone is replayed twice in the same process, with Dagster's
+storage in SQLite files (`make ui`) and then on a Postgres cluster of the bench's own (as
+`sessionize serve` runs), each into a lake of its own; the columns sit side by side. The second
+replay runs in a warmer JVM: run it in both orders to see how much that is.
 
 Everything comes from one run and is printed; nothing is asserted.
 
     make bench-small                      # the default zone
     make bench-small BENCH_SMALL_ARGS="--users 500 --days 10"
     make bench-small BENCH_SMALL_ARGS="--backend delta-spark"
+    make bench-small BENCH_SMALL_ARGS="--storage sqlite,postgres"
 """
 
 from __future__ import annotations
@@ -33,30 +40,47 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sqlalchemy
 from bench_floors import bare_recompute
 from bench_printing import quiet, table
 from dagster import DagsterInstance
 from pyspark.sql import SparkSession
 
+from sessionize_assets.deployment.postgres import LocalPostgres
+from sessionize_assets.deployment.serve import with_driver
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.replay.command import replay
-from sessionize_assets.replay.driver import BatchOutcome
 from sessionize_assets.settings import LAKE_BACKENDS, Settings
 from sessionize_assets.transforms.validation import parse_line
+from sessionize_tests.dev_server import free_port
 
 START = date(2026, 1, 1)
-PHASES = ("spark jobs", "other JVM calls", "delta-rs", "Dagster events", "rest (Dagster, Python)")
+PHASES = (
+    "spark jobs",
+    "other JVM calls",
+    "delta-rs",
+    "Dagster events",
+    "Dagster run creation",
+    "rest (Dagster, Python)",
+)
+COUNTS = ("Spark jobs", "py4j round trips", "Dagster events stored", "runs made")
+# Dagster's storage: its own SQLite files (`make ui`) or Postgres (`sessionize serve`).
+STORAGES = ("sqlite", "postgres")
 
 
 class Meter:
@@ -98,8 +122,8 @@ class Meter:
 
 
 def install_meter() -> Meter:
-    """Wrap py4j's round trip, delta-rs's table and transaction calls, and Dagster's event
-    store: each call is timed once (not again inside another wrapped call)."""
+    """Wrap py4j's round trip, delta-rs's table and transaction calls, Dagster's event store
+    and its run creation: each call is timed once (not again inside another wrapped call)."""
     import deltalake
     import py4j.clientserver
 
@@ -110,6 +134,9 @@ def install_meter() -> Meter:
             meter.wrap(deltalake.DeltaTable, name, "delta-rs")
     meter.wrap(deltalake.DeltaTable, "__init__", "delta-rs")
     meter.wrap(DagsterInstance, "handle_new_event", "Dagster events")
+    # A run of `execute_in_process` is made by the first; the second is the general one.
+    meter.wrap(DagsterInstance, "create_run_for_job", "Dagster run creation")
+    meter.wrap(DagsterInstance, "create_run", "Dagster run creation")
     return meter
 
 
@@ -159,14 +186,22 @@ def main() -> None:
         "--backend", default="embedded", choices=LAKE_BACKENDS, help="the lake's backend"
     )
     parser.add_argument(
+        "--storage",
+        default="sqlite",
+        help="Dagster's storage: sqlite, postgres (a local cluster of the bench's own), or both "
+        "comma-separated: the zone replayed once on each, in that order, in one process",
+    )
+    parser.add_argument(
         "--conf", action="append", default=[], help="a Spark setting KEY=VALUE (repeatable)"
     )
     args = parser.parse_args()
+    storages = [name.strip() for name in args.storage.split(",") if name.strip()]
+    if not storages or not set(storages) <= set(STORAGES) or len(set(storages)) < len(storages):
+        parser.error(f"--storage: one or more of {', '.join(STORAGES)}, each once")
     quiet()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-small-"))
-    shutil.rmtree(root / "lake", ignore_errors=True)
-    shutil.rmtree(root / "dagster_home", ignore_errors=True)
-    shutil.rmtree(root / "spark-events", ignore_errors=True)
+    for name in ("spark-events", *STORAGES):
+        shutil.rmtree(root / name, ignore_errors=True)
     try:
         landing = args.landing or root / "landing"
         if args.landing is None and not landing.exists():
@@ -174,42 +209,189 @@ def main() -> None:
                 ZoneSpec(out=landing, start=START, users=args.users, seed=args.seed), days=args.days
             )
         conf = dict(item.split("=", 1) for item in args.conf)
-        small_batch_figures(root, landing, spark_conf=conf, backend=args.backend)
+        small_batch_figures(root, landing, storages=storages, spark_conf=conf, backend=args.backend)
     finally:
         if args.workdir is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def dagster_instance(folder: Path, *, storage: str) -> Iterator[DagsterInstance]:
+    """A new Dagster instance in `folder`: its own SQLite files, or a new Postgres cluster of
+    the bench's own (as `sessionize serve` makes one), served until the instance is done."""
+    home = folder / "dagster_home"
+    home.mkdir(parents=True)
+    overrides: dict[str, Any] = {"telemetry": {"enabled": False}}
+    if storage == "sqlite":
+        yield DagsterInstance.local_temp(tempdir=str(home), overrides=overrides)
+        return
+    # Postgres runs as its own account under root: the bench's folders must be searchable.
+    for path in (folder, *folder.parents):
+        if path == Path(tempfile.gettempdir()):
+            break
+        path.chmod(path.stat().st_mode | 0o055)
+    cluster = LocalPostgres(folder / "postgres", port=free_port())
+    url = with_driver(cluster.ensure().url)
+    with (folder / "postgres.log").open("w") as log:
+        server = subprocess.Popen(
+            cluster.server_command(), user=cluster.account, stdout=log, stderr=log
+        )
+        try:
+            _wait_for_postgres(url, server)
+            overrides["storage"] = {"postgres": {"postgres_url": url}}
+            with DagsterInstance.local_temp(tempdir=str(home), overrides=overrides) as instance:
+                yield instance
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+def _wait_for_postgres(url: str, server: subprocess.Popen[bytes]) -> None:
+    """Until the new cluster takes connections (it listens before it has started)."""
+    engine = sqlalchemy.create_engine(url)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with engine.connect():
+                return
+        except sqlalchemy.exc.OperationalError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+        finally:
+            engine.dispose()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayFigures:
+    """One replay's figures: medians over the batches after the first."""
+
+    batch: float
+    phases: dict[str, float]
+    counts: dict[str, float]  # Spark jobs, py4j round trips, Dagster events stored, runs made
+    lines: float
+    erasure: dict[str, Any]
 
 
 def small_batch_figures(
     root: Path,
     landing: Path,
     *,
+    storages: list[str],
     spark_conf: dict[str, str] | None = None,
     backend: str = "embedded",
 ) -> dict[str, float]:
-    """Replay `landing` into a new lake under `root`, then the bare recompute; print the
-    figures and return the headline ones."""
+    """Replay `landing` into a new lake and Dagster instance under `root` on each of
+    `storages`, then the bare recompute; print the figures side by side and return the
+    headline ones (the first storage's)."""
     event_log = root / "spark-events"
     event_log.mkdir(parents=True)
-    settings = Settings(
-        landing_dir=landing,
-        lake_dir=root / "lake",
-        lake_backend=backend,
-        start_date=START,
-        maintenance_cron=None,
-        spark_conf={
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": event_log.absolute().as_uri(),
-            "spark.eventLog.compress": "false",
-            "spark.eventLog.rolling.enabled": "false",
-            **(spark_conf or {}),
-        },
-    )
-    (root / "dagster_home").mkdir(parents=True)
-    instance = DagsterInstance.local_temp(
-        tempdir=str(root / "dagster_home"), overrides={"telemetry": {"enabled": False}}
-    )
+    # One Spark session for every replay: the same settings, one event log.
+    spark_settings = {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": event_log.absolute().as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+        **(spark_conf or {}),
+    }
     meter = install_meter()
+    figures: dict[str, ReplayFigures] = {}
+    settings: Settings | None = None
+    for storage in storages:
+        print(f"Dagster on {storage}:", flush=True)
+        settings = Settings(
+            landing_dir=landing,
+            lake_dir=root / storage / "lake",
+            lake_backend=backend,
+            start_date=START,
+            maintenance_cron=None,
+            spark_conf=spark_settings,
+        )
+        with dagster_instance(root / storage, storage=storage) as instance:
+            figures[storage] = replay_figures(settings, instance, meter=meter, event_log=event_log)
+    assert settings is not None
+    from sessionize_assets.definitions import build_resources
+
+    spark = build_resources(settings, spark_ui=False)["spark"].session()
+    bare = statistics.median(
+        bare_recompute(spark, landing, settings, root / f"bare-{i}") for i in range(3)
+    )
+    first = figures[storages[0]]
+    days = _received_days(landing)[1:]
+    parse = statistics.median(parse_seconds(landing, day, settings) for day in days)
+    print()
+    print(f"machine: {os.cpu_count()} cores; zone {landing}: {len(days) + 1} batches")
+    header = ["figure", *(f"Dagster on {name}" for name in storages)]
+    print(
+        table(
+            header,
+            [
+                ["median batch after the first (s)", *(f"{f.batch:.2f}" for f in figures.values())],
+                [
+                    "bare PySpark full recompute of the zone, warm (s)",
+                    *[f"{bare:.2f}"] * len(storages),
+                ],
+                ["batch / full recompute", *(f"{f.batch / bare:.2f}x" for f in figures.values())],
+            ],
+        )
+    )
+    print()
+    print("the batch by phase, median over the batches after the first (seconds)")
+    rows = [
+        [name, *(f"{f.phases[name]:.2f}" for f in figures.values())]
+        for name in (*PHASES, "of which compiling generated code")
+    ]
+    rows += [[f"({name})", *(f"{f.counts[name]:.0f}" for f in figures.values())] for name in COUNTS]
+    rows.append(
+        [
+            f"parsing the batch's {first.lines:.0f} lines in Python (inside ingest's job)",
+            *[f"{parse:.2f}"] * len(storages),
+        ]
+    )
+    print(table(["phase", *header[1:]], rows))
+    print()
+    print(
+        table(
+            ["the erasure of one person", *header[1:]],
+            [
+                [
+                    "keys given + anonymousIds stitched to them",
+                    *(f.erasure["keys"] for f in figures.values()),
+                ],
+                ["seconds", *(f"{f.erasure['seconds']:.2f}" for f in figures.values())],
+                [
+                    "erasure / median batch",
+                    *(f"{f.erasure['seconds'] / f.batch:.2f}x" for f in figures.values()),
+                ],
+                [
+                    "Spark jobs (the batch's median)",
+                    *(
+                        f"{f.erasure['jobs']} ({f.counts['Spark jobs']:.0f})"
+                        for f in figures.values()
+                    ),
+                ],
+                ["runs", *(str(f.erasure["runs"]) for f in figures.values())],
+            ],
+        )
+    )
+    print(f"what `sessionize forget` said ({storages[0]}):")
+    for line in first.erasure["said"]:
+        print(f"  {line}")
+    return {"batch": first.batch, "bare": bare, "erasure": first.erasure["seconds"]}
+
+
+def _received_days(landing: Path) -> list[date]:
+    return sorted(
+        date.fromisoformat(folder.name.removeprefix("received_date="))
+        for folder in landing.glob("received_date=*")
+    )
+
+
+def replay_figures(
+    settings: Settings, instance: DagsterInstance, *, meter: Meter, event_log: Path
+) -> ReplayFigures:
+    """Replay the zone into `instance`, batch by batch as `sessionize replay` does, then erase
+    one person: each batch's time by phase, from `meter` and Spark's event log."""
     marks: list[tuple[float, Counter[str], Counter[str]]] = []
 
     def compile_seconds() -> float:
@@ -237,80 +419,46 @@ def small_batch_figures(
     mark()
     summary = replay(settings=settings, instance=instance, echo=echo)
     if not summary.ok:
-        raise SystemExit(f"the replay failed: see {root / 'dagster_home'}")
+        raise SystemExit(f"the replay failed: see {settings.lake_dir.parent}")
     from sessionize_assets.definitions import build_resources
 
     spark = build_resources(settings, spark_ui=False)["spark"].session()
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()  # flush the event log
-    bare = [bare_recompute(spark, landing, settings, root / f"bare-{i}") for i in range(3)]
-    batches = summary.batches
     windows = [(marks[i][0], marks[i + 1][0]) for i in range(len(marks) - 1)]
     jobs = spark_job_seconds(event_log, windows)
-    rows: list[tuple[BatchOutcome, dict[str, float], int, int, int]] = []
-    for i, batch in enumerate(batches[1:], start=1):
+    phases: list[dict[str, float]] = []
+    counts: list[dict[str, float]] = []
+    for i, batch in enumerate(summary.batches[1:], start=1):
         seconds = marks[i + 1][1] - marks[i][1]
+        calls = marks[i + 1][2] - marks[i][2]
         job_time = sum(jobs[i])
         phase = {
             "spark jobs": job_time,
             "other JVM calls": seconds["jvm"] - job_time,
             "delta-rs": seconds["delta-rs"],
             "Dagster events": seconds["Dagster events"],
+            "Dagster run creation": seconds["Dagster run creation"],
         }
         phase["rest (Dagster, Python)"] = batch.seconds - sum(phase.values())
-        calls = marks[i + 1][2] - marks[i][2]
         phase["of which compiling generated code"] = seconds["compile"]
-        rows.append((batch, phase, len(jobs[i]), calls["jvm"], calls["Dagster events"]))
-    median_batch = statistics.median(b.seconds for b, *_ in rows)
-    median_bare = statistics.median(bare)
-    days = [b.received[0] for b, *_ in rows if b.received]
-    parse = statistics.median(parse_seconds(landing, day, settings) for day in days)
-    lines = statistics.median(b.lines for b, *_ in rows)
-    print()
-    print(f"machine: {os.cpu_count()} cores; zone {landing}: {len(batches)} batches")
-    print(
-        table(
-            ["figure", "seconds"],
-            [
-                ["median batch after the first", f"{median_batch:.2f}"],
-                ["bare PySpark full recompute of the zone (warm)", f"{median_bare:.2f}"],
-                ["batch / full recompute", f"{median_batch / median_bare:.2f}x"],
-            ],
+        phases.append(phase)
+        counts.append(
+            {
+                "Spark jobs": len(jobs[i]),
+                "py4j round trips": calls["jvm"],
+                "Dagster events stored": calls["Dagster events"],
+                "runs made": calls["Dagster run creation"],
+            }
         )
-    )
-    print()
-    print("the batch by phase, median over the batches after the first (seconds)")
-    phases = [
-        [name, f"{statistics.median(p[name] for _, p, *_ in rows):.2f}"]
-        for name in (*PHASES, "of which compiling generated code")
-    ]
-    counts = [[r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows]]
-    phases += [
-        ["(Spark jobs; py4j round trips; Dagster events stored)", ""],
-        ["", " / ".join(f"{statistics.median(count):.0f}" for count in counts)],
-        [f"parsing the batch's {lines:.0f} lines in Python (inside ingest's job)", f"{parse:.2f}"],
-    ]
-    print(table(["phase", "seconds"], phases))
     erasure = erasure_figures(settings, instance, event_log, mark=mark, marks=marks)
-    print()
-    print(
-        table(
-            ["the erasure of one person, against the median batch", "value"],
-            [
-                ["keys given + anonymousIds stitched to them", erasure["keys"]],
-                ["seconds", f"{erasure['seconds']:.2f}"],
-                ["erasure / median batch", f"{erasure['seconds'] / median_batch:.2f}x"],
-                [
-                    "Spark jobs (the batch's median)",
-                    f"{erasure['jobs']} ({statistics.median(counts[0]):.0f})",
-                ],
-                ["runs", erasure["runs"]],
-            ],
-        )
+    rest = summary.batches[1:]
+    return ReplayFigures(
+        batch=statistics.median(b.seconds for b in rest),
+        phases={name: statistics.median(p[name] for p in phases) for name in phases[0]},
+        counts={name: statistics.median(c[name] for c in counts) for name in COUNTS},
+        lines=statistics.median(b.lines for b in rest),
+        erasure=erasure,
     )
-    print("what `sessionize forget` said:")
-    for line in erasure["said"]:
-        print(f"  {line}")
-    return {"batch": median_batch, "bare": median_bare, "erasure": erasure["seconds"]}
 
 
 def erasure_figures(
