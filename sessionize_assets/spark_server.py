@@ -141,12 +141,20 @@ def server_command(settings: Settings) -> list[str]:
     return [*command, str(connect_jar())]
 
 
-def server_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def server_environment(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The server's environment: its Python workers run this interpreter, which has sessionize
-    (the user functions a run sends import it)."""
+    (the user functions a run sends import it).
+
+    A local server's Spark UI listens where the server does: Spark's web UI binds to
+    `SPARK_LOCAL_IP`, or to every interface without it (`spark.driver.bindAddress` does not
+    reach it), and it has no authentication either."""
     env = dict(os.environ if environ is None else environ)
     env["PYSPARK_PYTHON"] = sys.executable
     env.pop("SPARK_HOME", None)  # the installed pyspark's, which spark-submit finds itself
+    if settings.spark_server_master.startswith("local"):
+        env["SPARK_LOCAL_IP"] = settings.spark_server_host
     return env
 
 
@@ -207,7 +215,7 @@ class _ServerProcess:
             # workers): the terminal's Ctrl-C reaches this process, which stops the server last.
             self._process = subprocess.Popen(
                 server_command(self._settings),
-                env=server_environment(),
+                env=server_environment(self._settings),
                 stdout=log,
                 stderr=subprocess.STDOUT if log else None,
                 start_new_session=True,

@@ -376,9 +376,10 @@ class ServedDeployment(DagsterDev):
         self.deploy_dir = Path(tempfile.mkdtemp(prefix="sessionize-deploy-"))
         self.deploy_dir.chmod(0o755)
         self.postgres_port = free_port()
+        self.code_server_port = free_port()
         deployment = {
             "SESSIONIZE_DEPLOY_DIR": str(self.deploy_dir),
-            "SESSIONIZE_CODE_SERVER_PORT": str(free_port()),
+            "SESSIONIZE_CODE_SERVER_PORT": str(self.code_server_port),
             "SESSIONIZE_POSTGRES_PORT": str(self.postgres_port),
         }
         super().__init__(

@@ -11,8 +11,8 @@ snapshot), its runs launched by the code server on the Spark server, and the Del
 must end up equal to the plain-Python full recompute. The same folder re-delivered as it was
 launches nothing. Then a partition backfill launched through GraphQL must complete as one range
 run per asset and leave the tables unchanged. After each step the UI shows no partition
-unsynced: it is shown stale only when it is. Postgres and the webserver listen on loopback
-alone. `make ui`'s `sessionize dev` is what the soak runs (`test_soak.py`).
+unsynced: it is shown stale only when it is. Every program listens on loopback alone (the Spark
+server's UI too). `make ui`'s `sessionize dev` is what the soak runs (`test_soak.py`).
 """
 
 from __future__ import annotations
@@ -322,11 +322,19 @@ def _listening_addresses(port: int) -> set[ipaddress.IPv4Address | ipaddress.IPv
     return found
 
 
-def test_postgres_and_the_webserver_listen_on_loopback_alone(deployment):
-    server, _, _, _ = deployment
+def test_every_program_listens_on_loopback_alone(deployment):
+    """Postgres, the webserver, the code server, the Spark Connect server and its Spark UI:
+    none of them has authentication of its own to put on a network."""
+    server, settings, _, _ = deployment
     loopback = {ipaddress.ip_address("127.0.0.1")}
-    assert _listening_addresses(server.postgres_port) == loopback
-    assert _listening_addresses(server.port) == loopback
+    for port in (
+        server.postgres_port,
+        server.port,
+        server.code_server_port,
+        settings.spark_server_port,
+        settings.spark_server_ui_port,
+    ):
+        assert _listening_addresses(port) == loopback, port
     # The storage is the deployment's Postgres, and its password is nowhere in the repository.
     assert server.postgres_url.startswith("postgresql+psycopg2://sessionize:")
     password = server.postgres_url.split(":")[2].split("@")[0]

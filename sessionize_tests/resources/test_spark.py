@@ -26,7 +26,7 @@ from sessionize_assets.resources.spark import (
     spark_config,
 )
 from sessionize_assets.settings import Settings
-from sessionize_assets.spark_server import server_command, server_conf, serves
+from sessionize_assets.spark_server import server_command, server_conf, server_environment, serves
 from sessionize_tests.conftest import JVM_CLASS_ARCHIVE
 from sessionize_tests.dev_server import free_port
 
@@ -170,6 +170,11 @@ def test_the_server_starts_with_the_local_settings_on_loopback_with_its_ui():
     # A server whose driver runs on a cluster: its executors reach it as the user says.
     on_cluster = server_conf(Settings(spark_server_master="spark://host:7077"))
     assert "spark.driver.bindAddress" not in on_cluster
+    # Its Spark UI binds to SPARK_LOCAL_IP (every interface without it), a cluster's to none.
+    assert server_environment(settings, {})["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert "SPARK_LOCAL_IP" not in server_environment(
+        Settings(spark_server_master="spark://host:7077"), {}
+    )
     command = server_command(settings)
     assert command[command.index("--class") + 1].endswith("SparkConnectServer")
     assert command[-1].endswith(".jar") and "spark-connect_" in command[-1]
