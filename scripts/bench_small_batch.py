@@ -200,6 +200,10 @@ def main() -> None:
         parser.error(f"--storage: one or more of {', '.join(STORAGES)}, each once")
     quiet()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sessionize-bench-small-"))
+    if args.workdir is None:
+        # Searchable by others: Postgres runs as its own account when the bench runs as root
+        # (with --workdir, LocalPostgres names a folder on the way that is not).
+        root.chmod(0o755)
     for name in ("spark-events", *STORAGES):
         shutil.rmtree(root / name, ignore_errors=True)
     try:
@@ -225,11 +229,6 @@ def dagster_instance(folder: Path, *, storage: str) -> Iterator[DagsterInstance]
     if storage == "sqlite":
         yield DagsterInstance.local_temp(tempdir=str(home), overrides=overrides)
         return
-    # Postgres runs as its own account under root: the bench's folders must be searchable.
-    for path in (folder, *folder.parents):
-        if path == Path(tempfile.gettempdir()):
-            break
-        path.chmod(path.stat().st_mode | 0o055)
     cluster = LocalPostgres(folder / "postgres", port=free_port())
     url = with_driver(cluster.ensure().url)
     with (folder / "postgres.log").open("w") as log:
