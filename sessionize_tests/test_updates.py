@@ -60,7 +60,7 @@ def test_a_run_killed_between_the_sessions_commit_and_its_log_is_logged_by_the_n
     assert pipeline.process(day(3)).sessions.versions_logged_late == []
 
 
-def test_duplicates_across_batches_whatever_the_order(pipeline):
+def test_duplicates_across_batches_whatever_the_order(pipeline, pair_placement):
     pipeline.land(day(0), [("x", "u", "2026-01-10 10:00"), ("y", "u", "2026-01-10 10:05")])
     pipeline.land(day(2), [("x", "u", "2026-01-10 10:00"), ("z", "v", "2026-01-12 09:00")])
     pipeline.process(day(2))  # the later batch first: its copy of x wins for now
@@ -84,7 +84,7 @@ def test_batches_in_any_order_converge(pipeline, pair_placement):
     pipeline.assert_equals_full_recompute()
 
 
-def test_redelivered_batch_replaces_what_it_brought(pipeline):
+def test_redelivered_batch_replaces_what_it_brought(pipeline, pair_placement):
     pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:20")])
     pipeline.land(day(1), [("c", "u", "2026-01-10 10:40"), ("d", "u", "2026-01-11 09:00")])
     pipeline.process(day(0))

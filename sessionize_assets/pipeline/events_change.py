@@ -21,7 +21,12 @@ from sessionize_assets.pipeline.event_ids import (
     copies_of,
     other_copies,
 )
-from sessionize_assets.pipeline.keyed_reads import isin_texts, pair_filter
+from sessionize_assets.pipeline.keyed_reads import (
+    isin_texts,
+    pair_filter,
+    rows_with_keys,
+    rows_with_values,
+)
 from sessionize_assets.pipeline.manifests import (
     Inputs,
 )
@@ -61,9 +66,21 @@ def _per_batch(column: str, values: dict[date, set]) -> Column:
     return listed & pair_filter(pairs, partition="received_date", key=column)
 
 
+def _copies(rows: DataFrame, copies: Collection[Copy], *, keep: bool = True) -> DataFrame:
+    """The rows of `rows` that are one of these copies (`keep`), or the others. One copy per
+    (id, batch) makes (`event_id`, `received_date`) its key. A filter for a few copies, a
+    broadcast join for many (`keyed_reads.rows_with_keys`)."""
+    return rows_with_keys(
+        rows,
+        {(event_id, received_date) for _, event_id, received_date in copies},
+        schema="event_id string, received_date date",
+        keep=keep,
+        listed=lambda: _is_copy(copies),
+    )
+
+
 def _is_copy(copies: Collection[Copy]) -> Column:
-    """Rows (`event_id`, `received_date`) that are one of these copies: a filter, no join.
-    One copy per (id, batch) makes those two columns its key."""
+    """Rows (`event_id`, `received_date`) that are one of these copies: a filter, no join."""
     ids_by_batch: dict[date, set[str]] = {}
     for _, event_id, received_date in copies:
         ids_by_batch.setdefault(received_date, set()).add(event_id)
@@ -137,11 +154,11 @@ def settle(
     kept_out = settled.lose | settled.present
     appended = own.where(~on_recomputed)
     if kept_out:
-        appended = appended.where(~_is_copy(kept_out))
+        appended = _copies(appended, kept_out, keep=False)
     foreign = sorted(settled.promote | (settled.reject - contest.own))
     foreign_rows = _raw_copies(store, foreign).persist(StorageLevel.MEMORY_AND_DISK)
     events_add = appended.unionByName(
-        foreign_rows.where(_is_copy(settled.promote)) if settled.promote else foreign_rows.limit(0)
+        _copies(foreign_rows, settled.promote) if settled.promote else foreign_rows.limit(0)
     ).select(*EVENTS.schema.fieldNames())
     events_drop = set(settled.drop)
     added = new_rows - len(kept_out & _not_on(contest.own, recompute)) + len(settled.promote)
@@ -150,7 +167,7 @@ def settle(
         wanted = own.where(on_recomputed)
         losing_here = settled.lose - _not_on(settled.lose, recompute)
         if losing_here:
-            wanted = wanted.where(~_is_copy(losing_here))
+            wanted = _copies(wanted, losing_here, keep=False)
         wanted = wanted.select(*EVENTS.schema.fieldNames())
         to_add = wanted.exceptAll(current)
         to_drop = current.exceptAll(wanted)
@@ -159,11 +176,12 @@ def settle(
         if diff["drop"]:
             # A key is dropped with every row holding it: one both dropped and wanted (an
             # extra copy of a row, left by writers that raced) is written again, once.
-            dropped = _is_copy(diff["drop"])
-            to_add = to_add.where(~dropped).unionByName(wanted.where(dropped))
+            to_add = _copies(to_add, diff["drop"], keep=False).unionByName(
+                _copies(wanted, diff["drop"])
+            )
         events_add = events_add.unionByName(to_add)
         added += len(diff["add"])
-    reject_rows = own.unionByName(foreign_rows).where(_is_copy(settled.reject))
+    reject_rows = _copies(own.unionByName(foreign_rows), settled.reject)
     return EventsChange(
         events_add=events_add,
         events_drop=sorted(events_drop),
@@ -193,13 +211,22 @@ def _contest(store: DeltaStore, found: Contested) -> Contest:
     ids = sorted(found.copies)
     everywhere = [c for group in found.copies.values() for c in group]
     standing = (
-        store.read(EVENTS, partitions={d for d, _, _ in everywhere})
-        .where(isin_texts(F.col("event_id"), ids))
+        rows_with_values(
+            store.read(EVENTS, partitions={d for d, _, _ in everywhere}),
+            ids,
+            column="event_id",
+            data_type="string",
+        )
         .select(*COPY_KEY, F.lit("events").alias("_in"))
         .unionByName(
-            rejection_keys(store.read(REJECTED_EVENTS, partitions={r for _, _, r in everywhere}))
-            .where(isin_texts(F.col("event_id"), ids))
-            .select(*COPY_KEY, F.lit("rejected").alias("_in"))
+            rows_with_values(
+                rejection_keys(
+                    store.read(REJECTED_EVENTS, partitions={r for _, _, r in everywhere})
+                ),
+                ids,
+                column="event_id",
+                data_type="string",
+            ).select(*COPY_KEY, F.lit("rejected").alias("_in"))
         )
         .collect()
     )
@@ -231,7 +258,7 @@ def keys_frame(spark: SparkSession, copies: list[Copy]) -> DataFrame:
 def _raw_copies(store: DeltaStore, copies: list[Copy]) -> DataFrame:
     """The raw rows (shape of `events` plus the line) of these copies, from their batches."""
     raw = raw_to_candidates(store.read(RAW_EVENTS, partitions={r for _, _, r in copies}))
-    return raw.where(_is_copy(copies)) if copies else raw
+    return _copies(raw, copies) if copies else raw
 
 
 def replace_dates(

@@ -11,7 +11,7 @@ partition is read whole. Either way the rows are then matched exactly on (partit
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import reduce
@@ -33,7 +33,9 @@ PUSHED_KEYS_PER_PARTITION = 1_000
 # one. A daily batch's 32,000 new ids over 60 dates (docs/benchmarks.md, the mid size) took
 # 12 s to look up pushed down, 3.4 s as a hash set in the query.
 PUSHED_UNSORTED_KEYS_PER_PARTITION = 50
-# The longest IN list one read pushes down (it is shared by the partitions it covers).
+# The longest IN list one read pushes down (it is shared by the partitions it covers), and
+# the most keys any query holds as a filter: past it, keys are a broadcast join
+# (`rows_with_keys`).
 PUSHED_KEYS_TOTAL = 20_000
 # More (partition, key) pairs than this are not brought to the driver to choose files by their
 # statistics (`keys_by_partition`): the caller searches those partitions whole.
@@ -168,6 +170,44 @@ def isin_texts(column: Column, texts: Collection[str | int | date]) -> Column:
     # strings are dropped).
     listed = pattern.compile(pattern.quote(separator)).splitAsStream(separator.join(strings))
     return Column(java.isInCollection(listed.toList()))
+
+
+def rows_with_keys(
+    rows: DataFrame,
+    keys: Collection[tuple[Any, ...]],
+    *,
+    schema: str,
+    keep: bool = True,
+    listed: Callable[[], Column],
+) -> DataFrame:
+    """The rows of `rows` whose key columns (`schema`, a DDL string naming them) hold one of
+    `keys` (`keep`), or none of them.
+
+    Up to PUSHED_KEYS_TOTAL keys, the filter `listed()` builds (a hash set in the query, which
+    starts no job). More are a left semi or anti join with a frame of the keys made on the
+    driver and broadcast (one Spark job): a filter holds an expression per key, about 800
+    bytes with its call site, in the query's plans and again in every task's binary, all on
+    the driver's heap outside Spark's memory manager. A range of 89 days at the bench's full
+    size held 373,000 such literals, a third of the 1 GB default driver, when it ran out of
+    memory (docs/spark.md, "Memory")."""
+    if len(keys) <= PUSHED_KEYS_TOTAL:
+        test = listed()
+        return rows.where(test if keep else ~test)
+    frame = rows.sparkSession.createDataFrame(list(keys), schema)
+    return rows.join(F.broadcast(frame), on=frame.columns, how="left_semi" if keep else "left_anti")
+
+
+def rows_with_values(
+    rows: DataFrame, values: Collection[str | int], *, column: str, data_type: str
+) -> DataFrame:
+    """The rows of `rows` whose `column` (of the SQL type `data_type`) holds one of `values`:
+    `isin_texts` for up to PUSHED_KEYS_TOTAL, a broadcast join past them (`rows_with_keys`)."""
+    return rows_with_keys(
+        rows,
+        [(value,) for value in set(values)],
+        schema=f"{sql_identifier(column)} {data_type}",
+        listed=lambda: isin_texts(F.col(column), values),
+    )
 
 
 def pair_texts(pairs: Iterable[tuple[PartitionValue, str | date]]) -> list[str]:

@@ -124,3 +124,35 @@ def test_isin_texts_is_the_same_in_list_whatever_the_texts(spark, monkeypatch):
         str(keyed_reads.isin_texts(column, every)),
         str(keyed_reads.isin_texts(column, few)),
     } == fallbacks
+
+
+@pytest.mark.parametrize("limit", [100, 1], ids=["a filter", "a broadcast join"])
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "left out"])
+def test_rows_with_keys_match_the_same_rows_as_a_filter_or_a_join(
+    spark, monkeypatch, capsys, limit, keep
+):
+    rows = spark.createDataFrame(
+        [("a", D, "1"), ("a", D, "1"), ("a", D + timedelta(days=1), "2"), ("b", D, "3")],
+        SCHEMA,
+    )
+    keys = {("a", D), ("b", D + timedelta(days=1))}  # (a, D) twice, not (a, D + 1) nor (b, D)
+    monkeypatch.setattr(keyed_reads, "PUSHED_KEYS_TOTAL", limit)
+    test = (F.col("user_id") == "a") & (F.col("day") == D)  # what a filter of `keys` matches
+
+    found = keyed_reads.rows_with_keys(
+        rows, keys, schema="user_id string, day date", keep=keep, listed=lambda: test
+    )
+
+    assert sorted(r.note for r in found.collect()) == (["1", "1"] if keep else ["2", "3"])
+    found.explain()
+    assert ("BroadcastHashJoin" in capsys.readouterr().out) == (limit == 1)
+
+
+@pytest.mark.parametrize("limit", [100, 1], ids=["a filter", "a broadcast join"])
+def test_rows_with_values_match_a_column(spark, monkeypatch, limit):
+    rows = spark.createDataFrame([(n,) for n in range(10)], "id_hash bigint")
+    monkeypatch.setattr(keyed_reads, "PUSHED_KEYS_TOTAL", limit)
+
+    found = keyed_reads.rows_with_values(rows, [3, 7, 11], column="id_hash", data_type="bigint")
+
+    assert sorted(r.id_hash for r in found.collect()) == [3, 7]
