@@ -137,10 +137,10 @@ def _spark_server(args: argparse.Namespace) -> int:
     from sessionize_assets.spark_server import running_server
 
     settings = Settings.from_env()
-    with _stopped_by_sigterm(), running_server(settings, log_path=None) as address:
+    with stopped_by_sigterm(), running_server(settings, log_path=None) as address:
         print(f"Spark Connect server up: SESSIONIZE_SPARK_MASTER={address}", flush=True)
         with suppress(KeyboardInterrupt):
-            signal.pause()  # until SIGINT, or SIGTERM (`_stopped_by_sigterm`)
+            signal.pause()  # until SIGINT, or SIGTERM (`stopped_by_sigterm`)
     return 0
 
 
@@ -153,7 +153,7 @@ def _dev(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     dagster = [str(Path(sys.executable).with_name("dagster")), "dev", *args.dagster_args]
     reason = "dagster dev --help" if "--help" in args.dagster_args else serves(settings)
-    with _stopped_by_sigterm(), ExitStack() as stack:
+    with stopped_by_sigterm(), ExitStack() as stack:
         env = dict(os.environ)
         if reason is None:
             _default_dagster_home()
@@ -210,7 +210,7 @@ def _after_postgres(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _stopped_by_sigterm() -> Iterator[None]:
+def stopped_by_sigterm() -> Iterator[None]:
     """SIGTERM ends the block as Ctrl-C does, so its servers are stopped on the way out."""
 
     def stop(signum: int, frame: object) -> None:

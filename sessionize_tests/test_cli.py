@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from sessionize_assets.cli import build_parser, main
@@ -68,3 +73,29 @@ def test_forget_takes_one_user_or_more_and_needs_one():
     assert parser.parse_args(["forget", "--user", "a", "--user", "b"]).keys == ["a", "b"]
     with pytest.raises(SystemExit):
         parser.parse_args(["forget"])
+
+
+def test_sigterm_ends_a_stopped_by_sigterm_block_through_its_cleanup():
+    """`sessionize serve`'s foreground, `spark-server` and the soak driver stop their servers
+    on SIGTERM as on Ctrl-C: without it, Python dies at once and its children are orphaned."""
+    program = textwrap.dedent(
+        """
+        import time
+        from sessionize_assets.cli import stopped_by_sigterm
+        try:
+            with stopped_by_sigterm():
+                print("ready", flush=True)
+                time.sleep(60)
+        finally:
+            print("cleaned up", flush=True)
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "ready\n"
+        process.send_signal(signal.SIGTERM)
+        rest = process.stdout.read()
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    assert rest == "cleaned up\n"

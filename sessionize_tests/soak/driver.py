@@ -53,6 +53,7 @@ from pathlib import Path
 from dagster import DagsterRunStatus, RunsFilter
 from pyspark.sql import SparkSession
 
+from sessionize_assets.cli import stopped_by_sigterm
 from sessionize_assets.definitions import SESSIONS_JOB, build_definitions, resource_of
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
 from sessionize_assets.resources.lake import LakeResource
@@ -586,7 +587,8 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     print(f"soak seed {seed} (again: --seed {seed})", flush=True)
-    with soak_folder(args.keep) as root:
+    # SIGTERM (a CI's timeout, `kill`) stops the deployment on the way out, as Ctrl-C does.
+    with stopped_by_sigterm(), soak_folder(args.keep) as root:
         report = Soak(plan, root=root, echo=lambda line: print(line, flush=True)).run()
     for line in report.lines():
         print(line)
