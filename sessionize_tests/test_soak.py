@@ -4,12 +4,13 @@ the tables end equal to the full recompute, and no failed run is left without a 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 
 import pytest
 
-from sessionize_tests.soak.driver import Soak, SoakPlan, one_event_more
+from sessionize_tests.soak.driver import Soak, SoakPlan, add_one_event, one_event_more
 
 # Minutes of end-to-end runs: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -50,3 +51,17 @@ def test_the_changed_redelivery_copies_an_event_past_hostile_lines():
     assert json.loads(lines[3]) == {**event, "messageId": "m1-redelivered"}
     with pytest.raises(ValueError):
         one_event_more(b"\xff\n")
+
+
+def test_the_changed_redelivery_takes_a_gzip_file_when_the_folder_has_no_other(tmp_path):
+    """Seed 12's 30-batch soak stopped at its re-delivery: the folder held gzip files alone."""
+    event = {"messageId": "m1", "type": "track", "userId": "u1"}
+    (tmp_path / "part-00000.jsonl.gz").write_bytes(b"not gzip")  # skipped: broken
+    (tmp_path / "part-00001.jsonl.gz").write_bytes(gzip.compress(json.dumps(event).encode()))
+
+    changed = add_one_event(tmp_path)
+
+    assert changed.name == "part-00001.jsonl.gz"
+    lines = gzip.decompress(changed.read_bytes()).splitlines()
+    assert [json.loads(line)["messageId"] for line in lines] == ["m1", "m1-redelivered"]
+    assert (tmp_path / "part-00000.jsonl.gz").read_bytes() == b"not gzip"

@@ -35,6 +35,7 @@ inject, or when it does not converge.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import random
@@ -214,6 +215,24 @@ def one_event_more(content: bytes) -> bytes:
     raise ValueError("no event with a messageId to copy")
 
 
+def add_one_event(folder: Path) -> Path:
+    """Add `one_event_more` to the first batch file of `folder` that has an event to copy, gzip
+    or not (a zone's folder may hold only gzip files: seed 12's 30-batch soak stopped there);
+    returns the file changed."""
+    for path in sorted(folder.iterdir()):
+        zipped = path.name.endswith(".jsonl.gz")
+        if not (zipped or path.name.endswith(".jsonl")):
+            continue
+        try:
+            content = gzip.decompress(path.read_bytes()) if zipped else path.read_bytes()
+            changed = one_event_more(content)
+        except (OSError, EOFError, ValueError):  # a broken gzip file, or no event in it
+            continue
+        path.write_bytes(gzip.compress(changed) if zipped else changed)
+        return path
+    raise ValueError(f"no batch file in {folder} has an event to copy")
+
+
 class Soak:
     def __init__(self, plan: SoakPlan, *, root: Path, echo: Callable[[str], None] = print):
         self.plan, self.root, self.echo = plan, root, echo
@@ -323,8 +342,7 @@ class Soak:
         changed = self.root / "changed" / name
         shutil.rmtree(changed, ignore_errors=True)
         shutil.copytree(self.generated / name, changed)
-        first = sorted(path for path in changed.iterdir() if path.suffix == ".jsonl")[0]
-        first.write_bytes(one_event_more(first.read_bytes()))
+        add_one_event(changed)
         land_folder(changed, self.settings.landing_dir)
         self.last_change = time.monotonic()
         self.echo(f"[{self._elapsed()}] re-delivered batch {day + 1} changed")
