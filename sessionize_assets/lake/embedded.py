@@ -17,6 +17,7 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 from sessionize_assets.lake.delta_rs.reads import delta_schema
 from sessionize_assets.lake.delta_rs.writes import DeltaRsTables, Staged
@@ -108,7 +109,7 @@ class EmbeddedDeltaStore(DeltaRsTables):
         return self.rewrite(
             spec,
             partitions=search_partitions,
-            drop_keys=incoming.select(*keys),
+            drop_keys=F.broadcast(incoming.select(*keys)),
             add=lambda: incoming,
             commit_metadata=commit_metadata,
         )

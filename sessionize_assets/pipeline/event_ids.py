@@ -27,13 +27,9 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS
-from sessionize_assets.pipeline.keyed_reads import rows_with_values
+from sessionize_assets.pipeline.keyed_reads import keys_for_join, rows_with_values
 from sessionize_assets.transforms.events import COPY_KEY, Copy
 from sessionize_assets.transforms.id_hash import xxhash64
-
-# A lookup broadcasts up to this many held ids (about 100 bytes each in the broadcast's
-# hash table, built on the driver); more are joined by sort-merge (`other_copies`).
-BROADCAST_HELD_IDS = 200_000
 
 
 def id_hash(column: str) -> Column:
@@ -70,9 +66,9 @@ def other_copies(store: DeltaStore, held: DataFrame, *, rows: int) -> Contested:
     and are left out; those that do are few. Two small Spark jobs: the hash matches, then
     their ids, read from the batches holding a match only.
 
-    The held ids are broadcast to the index's scan up to BROADCAST_HELD_IDS rows (a daily
-    batch: the index is not shuffled); a backlog's are joined by sort-merge, which spills,
-    whatever Spark estimates from the files' sizes.
+    The held ids are broadcast to the index's scan up to `keyed_reads.BROADCAST_KEYS` rows (a
+    daily batch: the index is not shuffled); a backlog's are joined by sort-merge, which
+    spills, whatever Spark estimates from the files' sizes.
     """
     mine = held.select(
         id_hash("event_id").alias("id_hash"),
@@ -80,7 +76,7 @@ def other_copies(store: DeltaStore, held: DataFrame, *, rows: int) -> Contested:
         F.col("event_date").alias("_held_date"),
         F.col("received_date").alias("_held_in"),
     )
-    mine = F.broadcast(mine) if rows <= BROADCAST_HELD_IDS else mine.hint("merge")
+    mine = keys_for_join(mine, rows=rows)
     matches = (
         store.read(EVENT_IDS)
         .select("id_hash", "event_date", "received_date")

@@ -49,6 +49,7 @@ from sessionize_assets.pipeline.events_change import (
     replace_dates,
     settle,
 )
+from sessionize_assets.pipeline.keyed_reads import keys_for_join
 from sessionize_assets.pipeline.manifests import (
     ABSORBED_KEY,
     Inputs,
@@ -263,11 +264,14 @@ def _commit_rejections(
         drop = (F.col("origin") == DEDUP) & F.col("event_date").isin(dates)
         batches |= set(replaced_batches)
     if change.rejections_drop:
-        keys = keys_frame(spark, change.rejections_drop).select(
-            "event_date",
-            F.col("event_id").alias("message_id"),
-            "received_date",
-            F.lit(DEDUP).alias("origin"),
+        keys = keys_for_join(
+            keys_frame(spark, change.rejections_drop).select(
+                "event_date",
+                F.col("event_id").alias("message_id"),
+                "received_date",
+                F.lit(DEDUP).alias("origin"),
+            ),
+            rows=len(change.rejections_drop),
         )
     if drop is None and keys is None and change.rejections_add is None:
         return None
@@ -303,7 +307,7 @@ def _commit_events(
     drop = change.events_drop
     keys = None
     if drop:
-        keys = keys_frame(spark, drop)
+        keys = keys_for_join(keys_frame(spark, drop), rows=len(drop))
     return store.rewrite(
         EVENTS,
         partitions=sorted({d for d, _, _ in drop}),

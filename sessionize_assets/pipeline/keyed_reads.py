@@ -37,6 +37,11 @@ PUSHED_UNSORTED_KEYS_PER_PARTITION = 50
 # the most keys any query holds as a filter: past it, keys are a broadcast join
 # (`rows_with_keys`).
 PUSHED_KEYS_TOTAL = 20_000
+# A frame of keys a run made or found is broadcast to its join up to this many rows (about 100
+# bytes each in the hash table Spark builds for it on the driver, outside its memory manager:
+# a range run's million (date, user) pairs would hold a few hundred MB of a 1 GB driver); more
+# are joined by sort-merge, which spills (`keys_for_join`).
+BROADCAST_KEYS = 200_000
 # More (partition, key) pairs than this are not brought to the driver to choose files by their
 # statistics (`keys_by_partition`): the caller searches those partitions whole.
 PRUNING_PAIRS_LIMIT = 200_000
@@ -194,7 +199,19 @@ def rows_with_keys(
         test = listed()
         return rows.where(test if keep else ~test)
     frame = rows.sparkSession.createDataFrame(list(keys), schema)
-    return rows.join(F.broadcast(frame), on=frame.columns, how="left_semi" if keep else "left_anti")
+    return rows.join(
+        keys_for_join(frame, rows=len(keys)),
+        on=frame.columns,
+        how="left_semi" if keep else "left_anti",
+    )
+
+
+def keys_for_join(keys: DataFrame, *, rows: int) -> DataFrame:
+    """`keys` (`rows` of them) as the small side of a join: broadcast up to BROADCAST_KEYS rows,
+    so the other side is not shuffled; past them a sort-merge join, which spills, whatever
+    Spark estimates from the files' sizes. The hint holds through the frame's later selects and
+    `distinct` (`DeltaStore.rewrite`'s `drop_keys` are joined so)."""
+    return F.broadcast(keys) if rows <= BROADCAST_KEYS else keys.hint("merge")
 
 
 def rows_with_values(

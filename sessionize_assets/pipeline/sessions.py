@@ -51,6 +51,7 @@ from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
     PUSHED_KEYS_TOTAL,
     keys_by_partition,
+    keys_for_join,
     read_by_keys,
 )
 from sessionize_assets.pipeline.manifests import (
@@ -288,10 +289,11 @@ def _plan(
             touched, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
         )
     )
+    pairs = touched.count() if by_date is None else sum(map(len, by_date.values()))
     return _Plan(
-        scope=SessionsScope(whole=whole, pairs=touched, listed=by_date),
+        scope=SessionsScope(whole=whole, pairs=touched, listed=by_date, pair_count=pairs),
         partial=partial,
-        pairs=touched.count() if by_date is None else sum(map(len, by_date.values())),
+        pairs=pairs,
         progress=SessionsProgress(events_version=events_version, definition=definition),
     )
 
@@ -393,7 +395,12 @@ def _commit_sessions(
         # were all compared, so the pairs that did not change keep their rows. The relabelled
         # pairs ride on the same commit.
         rewrite = rewritten(
-            spark, sessions, diff, changed_pairs=summary.changed_pairs, relabel=relabel
+            spark,
+            sessions,
+            diff,
+            changed_pairs=summary.changed_pairs,
+            changed=sum(change.users for change in summary.changes.values()),
+            relabel=relabel,
         )
         searched = None if files is None else sorted({*files, *relabel.files})
         if (
@@ -459,7 +466,9 @@ def _commit_quarantine(
         drop=in_scope
         if in_scope is not None
         else (F.col("session_date").isin(whole) if whole else None),
-        drop_keys=None if in_scope is not None else plan.scope.pairs,
+        drop_keys=None
+        if in_scope is not None
+        else keys_for_join(plan.scope.pairs, rows=plan.scope.pair_count),
         add=lambda: quarantine,
         commit_metadata=commit.tags,
         read_version=commit.read_version,

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import session_lookahead_days, session_lookback_days
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, pair_filter
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, keys_for_join, pair_filter
 from sessionize_assets.pipeline.stitching import Relabel, relabelled_rows
 from sessionize_assets.pipeline.touched import PAIR, days_around_column
 from sessionize_assets.settings import Settings
@@ -46,11 +46,12 @@ def rewritten(
     diff: DataFrame,
     *,
     changed_pairs: list[tuple[date, str]] | None,
+    changed: int,
     relabel: Relabel,
 ) -> Rewrite:
-    """What the sessions commit drops and adds: the recomputed pairs whose rows differ, and the
-    relabelled pairs outside them. Few pairs are a filter in the queries; many, a join (a
-    broadcast job of its own)."""
+    """What the sessions commit drops and adds: the recomputed pairs whose rows differ
+    (`changed` of them, listed in `changed_pairs` when few), and the relabelled pairs outside
+    them. Few pairs are a filter in the queries; many, a join (`keys_for_join`)."""
     relabelled = relabelled_rows(relabel, recomputed=set(changed_pairs or ()))
     extra = None if relabelled is None else spark.createDataFrame(relabelled, SESSIONS.schema)
     dropped = None if changed_pairs is None else {*changed_pairs, *relabel.pairs}
@@ -61,13 +62,17 @@ def rewritten(
     keys = diff.select(*PAIR).distinct()
     new_rows = sessions.join(keys, on=list(PAIR), how="left_semi")
     if extra is None:
-        return Rewrite(new_rows=new_rows, dropped=dropped, drop_keys=keys)
+        return Rewrite(
+            new_rows=new_rows, dropped=dropped, drop_keys=keys_for_join(keys, rows=changed)
+        )
     extra = extra.join(keys, on=list(PAIR), how="left_anti")
     relabelled_keys = spark.createDataFrame(relabel.pairs, "session_date date, user_id string")
     return Rewrite(
         new_rows=new_rows.unionByName(extra),
         dropped=dropped,
-        drop_keys=keys.unionByName(relabelled_keys).distinct(),
+        drop_keys=keys_for_join(
+            keys.unionByName(relabelled_keys).distinct(), rows=changed + len(relabel.pairs)
+        ),
     )
 
 
@@ -106,6 +111,7 @@ class SessionsScope:
     whole: list[date]
     pairs: DataFrame  # (user_id, session_date)
     listed: dict[date, list[str]] | None
+    pair_count: int  # the rows of `pairs`
 
     @cached_property
     def rows_filter(self) -> Column | None:
@@ -121,9 +127,8 @@ class SessionsScope:
         keep = self.rows_filter
         if keep is not None:
             return rows.where(keep)
-        marked = rows.join(
-            F.broadcast(self.pairs.withColumn("_pair", F.lit(True))), on=list(PAIR), how="left"
-        )
+        pairs = keys_for_join(self.pairs.withColumn("_pair", F.lit(True)), rows=self.pair_count)
+        marked = rows.join(pairs, on=list(PAIR), how="left")
         keep = F.col("_pair").isNotNull()
         if self.whole:
             keep = keep | F.col("session_date").isin(self.whole)

@@ -156,3 +156,18 @@ def test_rows_with_values_match_a_column(spark, monkeypatch, limit):
     found = keyed_reads.rows_with_values(rows, [3, 7, 11], column="id_hash", data_type="bigint")
 
     assert sorted(r.id_hash for r in found.collect()) == [3, 7]
+
+
+@pytest.mark.parametrize("rows", [2, 3], ids=["broadcast", "sort-merge"])
+def test_keys_for_join_broadcasts_only_up_to_broadcast_keys(spark, monkeypatch, capsys, rows):
+    monkeypatch.setattr(keyed_reads, "BROADCAST_KEYS", 2)
+    keys = spark.createDataFrame([("a", D), ("b", D)], "user_id string, day date")
+    big = spark.createDataFrame([("a", D, "1"), ("c", D, "2")], SCHEMA)
+
+    side = keyed_reads.keys_for_join(keys, rows=rows).distinct()  # the hint holds through
+    joined = big.join(side, on=["user_id", "day"], how="left_semi")
+
+    assert [r.note for r in joined.collect()] == ["1"]
+    joined.explain()
+    plan = capsys.readouterr().out
+    assert ("BroadcastHashJoin" in plan, "SortMergeJoin" in plan) == (rows == 2, rows == 3)

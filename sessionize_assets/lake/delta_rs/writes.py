@@ -317,7 +317,7 @@ class DeltaRsTables(DeltaRsReads, ABC):
             hit = hit | F.coalesce(drop, F.lit(False))
         if drop_keys is not None:
             keys = drop_keys.distinct().withColumn("_key_hit", F.lit(True))
-            rows = rows.join(F.broadcast(keys), on=drop_keys.columns, how="left")
+            rows = rows.join(keys, on=drop_keys.columns, how="left")  # as the caller hints
             hit = hit | F.col("_key_hit").isNotNull()
         return candidates, rows.withColumn("_drop", hit)
 

@@ -16,7 +16,7 @@ from sessionize_assets.lake.placement import shuffle_partitions
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_LIFECYCLE_STATE
 from sessionize_assets.partitions import days_between
-from sessionize_assets.pipeline.keyed_reads import files_for_pairs
+from sessionize_assets.pipeline.keyed_reads import files_for_pairs, keys_for_join
 from sessionize_assets.pipeline.lifecycle.bookkeeping import (
     IntervalCommit,
     LifecycleReport,
@@ -98,7 +98,9 @@ def restate_everyone(
         done = store.rewrite(
             USER_LIFECYCLE_STATE,
             partitions=partitions,
-            drop_keys=removed if report.intervals_removed else None,
+            drop_keys=keys_for_join(removed, rows=report.intervals_removed)
+            if report.intervals_removed
+            else None,
             files=files,
             add=lambda: added,
             commit_metadata=commit.tags,
