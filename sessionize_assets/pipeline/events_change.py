@@ -69,7 +69,7 @@ def _per_batch(column: str, values: dict[date, set]) -> Column:
 def _copies(rows: DataFrame, copies: Collection[Copy], *, keep: bool = True) -> DataFrame:
     """The rows of `rows` that are one of these copies (`keep`), or the others. One copy per
     (id, batch) makes (`event_id`, `received_date`) its key. A filter for a few copies, a
-    broadcast join for many (`keyed_reads.rows_with_keys`)."""
+    join for many (`keyed_reads.rows_with_keys`)."""
     return rows_with_keys(
         rows,
         {(event_id, received_date) for _, event_id, received_date in copies},

@@ -34,13 +34,12 @@ PUSHED_KEYS_PER_PARTITION = 1_000
 # 12 s to look up pushed down, 3.4 s as a hash set in the query.
 PUSHED_UNSORTED_KEYS_PER_PARTITION = 50
 # The longest IN list one read pushes down (it is shared by the partitions it covers), and
-# the most keys any query holds as a filter: past it, keys are a broadcast join
-# (`rows_with_keys`).
+# the most keys any query holds as a filter: past it, keys are a join (`rows_with_keys`).
 PUSHED_KEYS_TOTAL = 20_000
 # A frame of keys a run made or found is broadcast to its join up to this many rows (about 100
 # bytes each in the hash table Spark builds for it on the driver, outside its memory manager:
-# a range run's million (date, user) pairs would hold a few hundred MB of a 1 GB driver); more
-# are joined by sort-merge, which spills (`keys_for_join`).
+# a range run's hundreds of thousands of (date, user) pairs would hold a good part of a 1 GB
+# driver); more are joined by sort-merge, which spills (`keys_for_join`).
 BROADCAST_KEYS = 200_000
 # More (partition, key) pairs than this are not brought to the driver to choose files by their
 # statistics (`keys_by_partition`): the caller searches those partitions whole.
@@ -190,11 +189,11 @@ def rows_with_keys(
 
     Up to PUSHED_KEYS_TOTAL keys, the filter `listed()` builds (a hash set in the query, which
     starts no job). More are a left semi or anti join with a frame of the keys made on the
-    driver and broadcast (one Spark job): a filter holds an expression per key, about 800
-    bytes with its call site, in the query's plans and again in every task's binary, all on
-    the driver's heap outside Spark's memory manager. A range of 89 days at the bench's full
-    size held 373,000 such literals, a third of the 1 GB default driver, when it ran out of
-    memory (docs/spark.md, "Memory")."""
+    driver (`keys_for_join`: broadcast, one Spark job, up to BROADCAST_KEYS): a filter holds
+    an expression per key, about 800 bytes with its call site, in the query's plans and again
+    in every task's binary, all on the driver's heap outside Spark's memory manager. A range of
+    89 days at the bench's full size held 373,000 such literals, a third of the 1 GB default
+    driver, when it ran out of memory (docs/spark.md, "Memory")."""
     if len(keys) <= PUSHED_KEYS_TOTAL:
         test = listed()
         return rows.where(test if keep else ~test)
