@@ -171,13 +171,13 @@ def update_sessions(
     relabel = plan_relabel(store)
     report.relabel = relabel.report
     plan = _plan(store, spark, dates, settings=settings, full_refresh=full_refresh)
-    if plan is None or (not plan.scope.whole and not plan.pairs):
+    if plan is None or (not plan.scope.whole and not plan.scope.pair_count):
         commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         if plan is not None:  # nothing in these dates' windows changed
             plan.scope.pairs.unpersist()
             _record_progress(store, plan, plan.partial, run_id, read_at, report)
         return report
-    report.pairs_recomputed = plan.pairs
+    report.pairs_recomputed = plan.scope.pair_count
     frames: list[DataFrame] = [plan.scope.pairs]
     try:
         events, whole_rows = _read_events(
@@ -235,7 +235,6 @@ class _Plan:
 
     scope: SessionsScope
     partial: list[date]
-    pairs: int  # touched (user, date) pairs outside the whole dates
     progress: SessionsProgress
 
     @property
@@ -289,11 +288,10 @@ def _plan(
             touched, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
         )
     )
-    pairs = touched.count() if by_date is None else sum(map(len, by_date.values()))
+    pair_count = touched.count() if by_date is None else sum(map(len, by_date.values()))
     return _Plan(
-        scope=SessionsScope(whole=whole, pairs=touched, listed=by_date, pair_count=pairs),
+        scope=SessionsScope(whole=whole, pairs=touched, listed=by_date, pair_count=pair_count),
         partial=partial,
-        pairs=pairs,
         progress=SessionsProgress(events_version=events_version, definition=definition),
     )
 
@@ -315,7 +313,7 @@ def _read_events(
     columns = list(SESSION_EVENT_COLUMNS)
     whole_window = event_window(whole, settings)
     wanted: DataFrame | dict[date, set[str]]
-    if by_date is not None and plan.pairs <= PUSHED_KEYS_TOTAL:
+    if by_date is not None and plan.scope.pair_count <= PUSHED_KEYS_TOTAL:
         wanted = {}
         skipped = set(whole_window)
         for session_date, users in by_date.items():
@@ -338,7 +336,7 @@ def _read_events(
     report.events_rows_scanned = sum(rows.values())
     whole_rows = sum(rows.get(day.isoformat(), 0) for day in whole_window)
     events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
-    if plan.pairs:
+    if plan.scope.pair_count:
         # Found by user: kept, so the summary's count does not run the lookup again. Whole
         # dates alone are not (every event of them, wide, held to be counted again by user).
         events = events.persist(_kept_at(whole_rows))

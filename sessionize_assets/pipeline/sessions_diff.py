@@ -111,7 +111,7 @@ class SessionsScope:
     whole: list[date]
     pairs: DataFrame  # (user_id, session_date)
     listed: dict[date, list[str]] | None
-    pair_count: int  # the rows of `pairs`
+    pair_count: int  # the rows of `pairs`: touched pairs outside the whole dates
 
     @cached_property
     def rows_filter(self) -> Column | None:
