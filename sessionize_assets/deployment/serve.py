@@ -45,6 +45,13 @@ storage:
 """
 # How long a Dagster process waits for Postgres to accept connections before it starts.
 POSTGRES_WAIT_SECONDS = 120.0
+# Dagster's own setting, read on every event: a step's materializations of the partitions of
+# one output (a range run reports one per date) are stored as one batch of at most this many,
+# which dagster-postgres writes over one connection and in one index transaction, where it
+# opens a connection for each event stored alone (docs/deployment.md, "What Postgres costs a
+# batch"). Run creation's planned events are batched too, but dagster-postgres still stores
+# those one by one. A value in the environment `sessionize serve` starts in wins.
+EVENT_BATCH_SIZE = 1000
 
 
 class DeploymentError(RuntimeError):
@@ -91,7 +98,8 @@ def prepare(
 
     bin_dir = Path(sys.executable).parent
     sessionize = str(bin_dir / "sessionize")
-    env = dict(environ) | {"DAGSTER_HOME": str(home)}
+    env = {"DAGSTER_EVENT_BATCH_SIZE": str(EVENT_BATCH_SIZE)} | dict(environ)
+    env["DAGSTER_HOME"] = str(home)
     programs: list[Program] = []
     if deployment.postgres_url is None:
         cluster = LocalPostgres(folder / "postgres", port=deployment.postgres_port)

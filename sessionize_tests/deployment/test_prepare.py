@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from sessionize_assets.deployment.serve import DeploymentError, prepare
+from sessionize_assets.deployment.serve import EVENT_BATCH_SIZE, DeploymentError, prepare
 from sessionize_assets.settings import DeploymentSettings, Settings
 from sessionize_tests.conftest import PROJECT
 
 EXTERNAL = "postgresql://dagster:secret@db.internal:5432/dagster"
 
 
-def _prepare(tmp_path, *, settings: Settings | None = None, instance=PROJECT / "dagster.yaml"):
+def _prepare(
+    tmp_path,
+    *,
+    settings: Settings | None = None,
+    instance=PROJECT / "dagster.yaml",
+    environ: dict[str, str] | None = None,
+):
     deployment = DeploymentSettings(
         deploy_dir=tmp_path / "deploy", code_server_port=4999, postgres_url=EXTERNAL
     )
@@ -20,7 +26,7 @@ def _prepare(tmp_path, *, settings: Settings | None = None, instance=PROJECT / "
         deployment=deployment,
         instance_settings=instance,
         working_dir=tmp_path,
-        environ={"SESSIONIZE_LAKE_DIR": "lake"},
+        environ={"SESSIONIZE_LAKE_DIR": "lake", **(environ or {})},
     )
 
 
@@ -52,3 +58,10 @@ def test_another_spark_has_no_server_and_instance_settings_with_storage_are_refu
     own.write_text("storage:\n  sqlite:\n    base_dir: /x\n")
     with pytest.raises(DeploymentError, match="names a storage of its own"):
         _prepare(tmp_path, instance=own)
+
+
+def test_dagsters_events_are_stored_in_batches_unless_the_environment_says_otherwise(tmp_path):
+    prepared = _prepare(tmp_path)
+    assert prepared.environment["DAGSTER_EVENT_BATCH_SIZE"] == str(EVENT_BATCH_SIZE)
+    own = _prepare(tmp_path, environ={"DAGSTER_EVENT_BATCH_SIZE": "0"})
+    assert own.environment["DAGSTER_EVENT_BATCH_SIZE"] == "0"
