@@ -130,7 +130,7 @@ format: $(STAMP)
 # previous one), the slow modules first (sessionize_tests/conftest.py).
 PYTEST_WORKERS ?= 2
 test: java postgres jars $(JVM_ARCHIVE) $(STAMP) lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=8
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME_DIR)
