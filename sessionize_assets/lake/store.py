@@ -281,9 +281,8 @@ class DeltaStore(Protocol):
         rows as the caller hints them (`keyed_reads.keys_for_join`: a broadcast holds them all
         on the driver). A concurrent change redoes the whole rewrite from a fresh snapshot.
         With an `app_transaction`, the commit is made even when no row changes: it then records
-        only that marker. With `read_version`, a commit
-        after it that changed a partition this one writes or removes from raises
-        `WriteConflictError`, as for `replace_partitions`.
+        only that marker. With `read_version`, a commit after it that changed a partition this
+        one writes or removes from raises `WriteConflictError`, as for `replace_partitions`.
         """
         ...
 
