@@ -147,8 +147,29 @@ def test_a_late_event_rewrites_only_its_users_file(pipeline):
     assert run.sessions.users_recomputed == 1 and run.sessions.pairs_recomputed == 4
     assert (run.sessions.inserted, run.sessions.replaced, run.sessions.removed) == (0, 1, 0)
     assert run.sessions.files_rewritten == 1 and run.sessions.files_total == 3
+    assert run.sessions.files_searched == 1  # the one holding the user's session
     assert len(before & set(pipeline.store.live_files(SESSIONS))) == 2  # the others kept
     assert run.events.new_events == 1 and run.events.rows_written == 1  # appended, not rewritten
+    pipeline.assert_equals_full_recompute()
+
+
+def test_a_late_session_of_a_user_new_to_its_day_searches_no_file(pipeline):
+    """The files a rewrite searches are those holding an old row of a changed pair, found
+    when the change is computed: a user's first session of a day (the common late event
+    of a long history) adds a file and reads none, though the user's id is within a file's
+    range of ids on that day."""
+    users = 2 * SESSIONS_FILE_ROWS + 10  # three user-range files on the day
+    pipeline.land(
+        day(0),
+        [(f"m{i}", f"user-{i:05d}", f"2026-01-10 {8 + i % 10:02d}:00") for i in range(users)],
+    )
+    pipeline.process(day(0))
+    before = set(pipeline.store.live_files(SESSIONS))
+    pipeline.land(day(2), [("late", "user-00003x", "2026-01-10 11:10")])
+    run = pipeline.process(day(2))
+    assert (run.sessions.inserted, run.sessions.replaced, run.sessions.removed) == (1, 0, 0)
+    assert run.sessions.files_searched == 0 and run.sessions.files_rewritten == 0
+    assert before < set(pipeline.store.live_files(SESSIONS))  # one file added, none replaced
     pipeline.assert_equals_full_recompute()
 
 

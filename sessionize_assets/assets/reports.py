@@ -241,6 +241,9 @@ class SessionsRunMetadata(StepFigures):
     sessions_removed: int
     rows_written: int
     files_rewritten: int
+    # The files read to find the old rows of the changed pairs (the relabelled ones too),
+    # of which `files_rewritten` held one.
+    files_searched: int | None
     files_before: int
     ids_mapped_or_remapped: int
     sessions_relabelled: int

@@ -185,6 +185,7 @@ def _run_metadata(report: SessionsReport, spark_jobs: int | None) -> SessionsRun
         sessions_removed=report.removed,
         rows_written=report.rows_written,
         files_rewritten=report.files_rewritten,
+        files_searched=report.files_searched,
         files_before=report.files_total,
         ids_mapped_or_remapped=report.relabel.ids_changed,
         sessions_relabelled=report.relabel.rows_relabelled,

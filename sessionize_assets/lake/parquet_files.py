@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import groupby
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -70,6 +70,23 @@ def _layout(spec: TableSpec, rows: pa.Table) -> dict[str, Any]:
         per_row = max(1, rows.nbytes // rows.num_rows)
         layout["row_group_size"] = max(1, spec.row_group_bytes // per_row)
     return layout
+
+
+def files_named(uris: Iterable[str], paths: Iterable[str]) -> list[str]:
+    """The relative paths among `paths` that Spark names by these URIs (the `_file` of
+    `DeltaStore.read_files(with_file=True)`), matched by partition folder and file name (Spark
+    writes the same file name in each partition folder of one write). `LakeError` for a URI
+    none of `paths` is: the caller read those files, so it would be a mapping fault."""
+    by_name = {_folder_and_name(path): path for path in paths}
+    named = {_folder_and_name(urlparse(uri).path): uri for uri in uris}
+    unknown = named.keys() - by_name.keys()
+    if unknown:
+        raise LakeError(f"cannot map Spark file paths {sorted(named[n] for n in unknown)[:2]}")
+    return sorted(by_name[name] for name in named)
+
+
+def _folder_and_name(path: str) -> str:
+    return "/".join(unquote(path).rstrip("/").rsplit("/", 2)[-2:])
 
 
 def read_files(

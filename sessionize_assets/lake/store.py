@@ -351,8 +351,12 @@ class DeltaStore(Protocol):
         """
         ...
 
-    def read_files(self, spec: TableSpec, paths: Iterable[str]) -> DataFrame:
-        """The rows of these data files (relative paths), live or removed but not yet vacuumed."""
+    def read_files(
+        self, spec: TableSpec, paths: Iterable[str], *, with_file: bool = False
+    ) -> DataFrame:
+        """The rows of these data files (relative paths), live or removed but not yet vacuumed.
+        `with_file` adds `_file`: Spark's URI of the file each row is in (`files_named` maps
+        it back to the relative path)."""
         ...
 
     def version(self, spec: TableSpec) -> int | None: ...

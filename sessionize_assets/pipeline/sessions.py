@@ -30,6 +30,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sessionize_assets.lake.parquet_files import files_named
 from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import (
     EVENTS,
@@ -120,6 +121,9 @@ class SessionsReport:
     events_read: int = 0  # events the sessions were recomputed from
     rows_written: int = 0
     files_rewritten: int = 0
+    # The files searched for the old rows the commit drops; None when the pairs were too
+    # many to list and their dates were searched whole.
+    files_searched: int | None = 0
     files_total: int = 0
     changes_by_date: dict[date, DateChanges] = field(default_factory=dict)
     sessions_version: int | None = None
@@ -378,14 +382,17 @@ def _commit_sessions(
         if by_date is None
         else store.files_with_values(SESSIONS, column="user_id", values=by_date, whole=whole)
     )
-    old_rows = (
-        store.read(SESSIONS, partitions=plan.computed)
-        if files is None
-        else store.read_files(SESSIONS, files)
-    )
-    diff = diff_sessions(plan.scope.within(old_rows), sessions).persist(keep)
+    old: DataFrame | None = None  # the old rows of the scope, each with its file
+    if files is None:
+        old_rows = plan.scope.within(store.read(SESSIONS, partitions=plan.computed))
+    else:
+        old = plan.scope.within(store.read_files(SESSIONS, files, with_file=True)).persist(keep)
+        frames.append(old)
+        old_rows = old
+    diff = diff_sessions(old_rows, sessions).persist(keep)
     frames.append(diff)
-    summary = summarise(diff, events=events, sessions=sessions)  # everything above, once
+    # Everything above, once; with the files holding an old row of a changed pair.
+    summary = summarise(diff, events=events, sessions=sessions, old=old)
     changed_dates = sorted(summary.changes)
     report.files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
     if changed_dates:
@@ -400,7 +407,13 @@ def _commit_sessions(
             changed=sum(change.users for change in summary.changes.values()),
             relabel=relabel,
         )
-        searched = None if files is None else sorted({*files, *relabel.files})
+        # The files to search for the old rows: those holding an old row of a changed pair
+        # (a few per date where a late event adds sessions to many), and the relabelled ones.
+        searched = (
+            None
+            if files is None or summary.old_files is None
+            else sorted({*files_named(summary.old_files, files), *relabel.files})
+        )
         if (
             searched is not None
             and rewrite.dropped is not None
@@ -440,6 +453,7 @@ def _commit_sessions(
         )
         report.rows_written = done.rows_written
         report.files_rewritten = done.files_removed
+        report.files_searched = None if searched is None else len(searched)
     else:
         commit_relabel(store, relabel, tags=commit.tags, read_version=commit.read_version)
     report.changed = changed_dates

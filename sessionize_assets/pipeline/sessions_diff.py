@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
-from functools import cached_property
+from functools import cached_property, reduce
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sessionize_assets.lake.parquet_files import FILE_COLUMN
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import session_lookahead_days, session_lookback_days
 from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, keys_for_join, pair_filter
@@ -157,11 +158,18 @@ class SessionsSummary:
     events_read: int
     users_read: int
     flagged: int
+    # Spark's URIs of the files holding an old row of a changed pair (`old`'s `_file`); None
+    # without `old`.
+    old_files: list[str] | None = None
 
 
-def summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> SessionsSummary:
+def summarise(
+    diff: DataFrame, *, events: DataFrame, sessions: DataFrame, old: DataFrame | None = None
+) -> SessionsSummary:
     """Per session date with a changed row, how its sessions changed (`diff`), with what was
-    read (`events`) and flagged (`sessions`): three aggregates, collected in one Spark job."""
+    read (`events`) and flagged (`sessions`), and the files of `old` (the old rows compared,
+    each with its `_file`) holding a row of a pair with a change: four aggregates, collected
+    in one Spark job."""
     added, removed = F.col("added") == 1, F.col("removed") == 1
     per_session = diff.groupBy("session_date", "session_id", "user_id").agg(
         F.max((F.col("change") == "added").cast("int")).alias("added"),
@@ -180,17 +188,24 @@ def summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> Ses
         F.count(F.lit(1)).alias("events_read"), F.countDistinct("user_id").alias("users_read")
     )
     flagged = sessions.where("is_quarantined").agg(F.count(F.lit(1)).alias("flagged"))
-    rows = (
-        per_date.unionByName(read, allowMissingColumns=True)
-        .unionByName(flagged, allowMissingColumns=True)
-        .collect()
-    )
+    parts = [read, flagged]
+    if old is not None:
+        changed = diff.select(*PAIR).distinct()
+        parts.append(
+            old.join(changed, on=list(PAIR), how="left_semi").select(FILE_COLUMN).distinct()
+        )
+    rows = reduce(
+        lambda left, right: left.unionByName(right, allowMissingColumns=True), parts, per_date
+    ).collect()
     figures = {
         name: row[name]
         for row in rows
         for name in ("events_read", "users_read", "flagged")
         if row[name] is not None
     }
+    old_files = (
+        None if old is None else sorted(row[FILE_COLUMN] for row in rows if row[FILE_COLUMN])
+    )
     dated = [row for row in rows if row.session_date is not None]
     pairs = [(row.session_date, user) for row in dated for user in row.changed_users or []]
     whole = any(row.changed_users is None for row in dated) or len(pairs) > PUSHED_KEYS_TOTAL
@@ -206,4 +221,5 @@ def summarise(diff: DataFrame, *, events: DataFrame, sessions: DataFrame) -> Ses
         events_read=figures.get("events_read", 0),
         users_read=figures.get("users_read", 0),
         flagged=figures.get("flagged", 0),
+        old_files=old_files,
     )

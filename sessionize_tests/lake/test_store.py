@@ -32,6 +32,7 @@ from pyspark.sql.types import (
 from sessionize_assets.lake import placement
 from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.parquet_files import FILE_COLUMN, files_named
 from sessionize_assets.lake.placement import (
     DEFAULT_DRIVER_WRITE_BYTES,
     spread_for_collect,
@@ -582,6 +583,25 @@ def test_only_the_embedded_store_writes_a_small_change_from_the_driver(
         size = (store.path(SPEC).local_path() / files[0]).stat().st_size
         tight = type(store)(spark=spark, lake=tmp_path / "lake", driver_write_bytes=size)
         assert not tight.rewrites_on_driver(SPEC, store.read(SPEC), files=files)
+
+
+def test_rows_read_by_spark_name_their_file(spark, store):
+    """`read_files(with_file=True)`: Spark's URI of each row's file, which `files_named` maps
+    back to the relative path (how a sessions run narrows the files its rewrite searches)."""
+    store.replace_partitions(
+        SPEC, frame(spark, rows(("a", D1, 1), ("b", D2, 2))), partitions=[D1, D2]
+    )
+    files = store.files_with_values(SPEC, column="id", values={D1: ["a"], D2: ["b"]})
+    rows_read = store.read_files(SPEC, files, with_file=True).collect()
+    by_id = {row.id: files_named([row[FILE_COLUMN]], files) for row in rows_read}
+    assert sorted(by_id) == ["a", "b"] and sorted(by_id["a"] + by_id["b"]) == sorted(files)
+    assert all(
+        name[0].startswith(f"day={day}/")
+        for name, day in zip((by_id["a"], by_id["b"]), (D1, D2), strict=True)
+    )
+    with pytest.raises(LakeError, match="cannot map"):
+        files_named([row[FILE_COLUMN] for row in rows_read], files[:1])
+    assert store.read_files(SPEC, [], with_file=True).columns[-1] == FILE_COLUMN
 
 
 def test_changes_list_the_files_each_commit_added_and_removed(spark, store):

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, Field, Schema
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.delta_rs.log_files import (
@@ -31,7 +32,7 @@ from sessionize_assets.lake.delta_rs.log_files import (
     with_user_metadata,
 )
 from sessionize_assets.lake.location import Location
-from sessionize_assets.lake.parquet_files import read_files
+from sessionize_assets.lake.parquet_files import FILE_COLUMN, read_files
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.store import (
     NOT_CREATED,
@@ -200,13 +201,20 @@ class DeltaRsReads:
             whole={partition_string(p) for p in whole},
         )
 
-    def read_files(self, spec: TableSpec, paths: Iterable[str]) -> DataFrame:
+    def read_files(
+        self, spec: TableSpec, paths: Iterable[str], *, with_file: bool = False
+    ) -> DataFrame:
         root = self.path(spec)
         files = sorted({str(root / unquote(path)) for path in paths})
         if not files:
-            return empty_frame(self._spark, spec.schema)
+            frame = empty_frame(self._spark, spec.schema)
+            return frame.withColumn(FILE_COLUMN, F.lit(None).cast("string")) if with_file else frame
         df = self._spark.read.schema(spec.schema).option("basePath", str(root)).parquet(*files)
-        return select_columns(df, spec.schema.fieldNames())
+        names = spec.schema.fieldNames()
+        if with_file:
+            df = df.withColumn(FILE_COLUMN, F.col("_metadata.file_path"))
+            names.append(FILE_COLUMN)
+        return select_columns(df, names)
 
     def changes(
         self, spec: TableSpec, *, since_version: int, through_version: int
