@@ -132,15 +132,22 @@ def test_late_event_pulls_the_next_days_session_in(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
-def test_a_late_event_rewrites_only_its_users_file(pipeline):
-    users = 2 * SESSIONS_FILE_ROWS + 10  # three user-range files on the day
+def _three_files_of_users(pipeline) -> set[str]:
+    """2026-01-10 with a session for each of 1,010 users: three user-range sessions files
+    (`user-00000` .. `user-01009`), processed; its files."""
+    users = 2 * SESSIONS_FILE_ROWS + 10
     pipeline.land(
         day(0),
         [(f"m{i}", f"user-{i:05d}", f"2026-01-10 {8 + i % 10:02d}:00") for i in range(users)],
     )
     pipeline.process(day(0))
-    before = set(pipeline.store.live_files(SESSIONS))
-    assert len(before) == 3
+    files = set(pipeline.store.live_files(SESSIONS))
+    assert len(files) == 3
+    return files
+
+
+def test_a_late_event_rewrites_only_its_users_file(pipeline):
+    before = _three_files_of_users(pipeline)
     pipeline.land(day(2), [("late", "user-00003", "2026-01-10 11:10")])
     run = pipeline.process(day(2))
     # One user, on the session days an event on 01-10 can decide: 01-08 .. 01-11.
@@ -158,13 +165,7 @@ def test_a_late_session_of_a_user_new_to_its_day_searches_no_file(pipeline):
     when the change is computed: a user's first session of a day (the common late event
     of a long history) adds a file and reads none, though the user's id is within a file's
     range of ids on that day."""
-    users = 2 * SESSIONS_FILE_ROWS + 10  # three user-range files on the day
-    pipeline.land(
-        day(0),
-        [(f"m{i}", f"user-{i:05d}", f"2026-01-10 {8 + i % 10:02d}:00") for i in range(users)],
-    )
-    pipeline.process(day(0))
-    before = set(pipeline.store.live_files(SESSIONS))
+    before = _three_files_of_users(pipeline)
     pipeline.land(day(2), [("late", "user-00003x", "2026-01-10 11:10")])
     run = pipeline.process(day(2))
     assert (run.sessions.inserted, run.sessions.replaced, run.sessions.removed) == (1, 0, 0)
