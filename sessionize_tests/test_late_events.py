@@ -3,6 +3,8 @@ attributes (§3b): the incremental tables always equal a full recompute."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 
 from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
@@ -10,10 +12,61 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
     SESSIONS_FILE_ROWS,
 )
+from sessionize_tests.conftest import make_settings
 from sessionize_tests.harness import Pipeline, day
 
 # Minutes of batches in all: started first (conftest.py).
 pytestmark = pytest.mark.slow
+
+
+def _every(user: str, first: str, last: str, minutes: int) -> list[tuple]:
+    """`user`'s events from `first` to `last` ('YYYY-MM-DD HH:MM'), `minutes` apart."""
+    start, end = datetime.fromisoformat(first), datetime.fromisoformat(last)
+    count = int((end - start) / timedelta(minutes=minutes)) + 1
+    return [
+        (f"{user}-{i}", user, (start + i * timedelta(minutes=minutes)).isoformat(sep=" "))
+        for i in range(count)
+    ]
+
+
+def test_only_late_events_away_from_every_old_chain_skip_the_history(spark, tmp_path):
+    """A user whose added events are more than the gap from each of their old chains has the
+    pairs updated from the old rows and the added events; anyone else is recomputed from
+    `events`: an event near a session, and one near a quarantined chain's end, which the
+    session's own end (its last included event) does not show."""
+    pipeline = Pipeline(spark, make_settings(tmp_path, max_session_length=timedelta(hours=2)))
+    pipeline.land(
+        day(0),
+        [
+            ("iso-a", "iso", "2026-01-10 08:00"),
+            ("iso-b", "iso", "2026-01-10 12:00"),
+            ("near-a", "near", "2026-01-10 08:00"),
+            ("near-b", "near", "2026-01-10 08:10"),
+            *_every("bot", "2026-01-10 00:00", "2026-01-10 03:00", 20),  # capped at 02:00
+            ("newbot-a", "newbot", "2026-01-10 08:00"),
+            ("mid-a", "mid", "2026-01-10 20:00"),
+        ],
+    )
+    pipeline.process(day(0))
+    pipeline.land(day(1), [("mid-b", "mid", "2026-01-11 03:00")])
+    pipeline.process(day(1))
+    pipeline.land(
+        day(3),
+        [
+            ("iso-c", "iso", "2026-01-10 10:00"),
+            ("iso-d", "iso", "2026-01-10 10:20"),
+            ("near-c", "near", "2026-01-10 08:35"),  # 25 minutes after its session's end
+            ("bot-late", "bot", "2026-01-10 03:25"),  # 25 minutes after its chain's end
+            # A chain of added events alone, past the cap: quarantined from the additions.
+            *_every("newbot", "2026-01-10 14:00", "2026-01-10 17:00", 20),
+            ("mid-c", "mid", "2026-01-10 23:50"),  # with the next: across midnight
+            ("mid-d", "mid", "2026-01-11 00:15"),
+        ],
+    )
+    run = pipeline.process(day(3))
+    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (3, 2)
+    assert run.sessions.inserted == 3  # iso's, newbot's and mid's new sessions
+    pipeline.assert_equals_full_recompute()
 
 
 def test_late_event_merges_two_sessions(pipeline, pair_placement):
@@ -26,7 +79,7 @@ def test_late_event_merges_two_sessions(pipeline, pair_placement):
 
     assert pipeline.sessions() == [("u", "2026-01-10 10:00:00", "2026-01-10 10:50:00", 3, 1, False)]
     pipeline.assert_equals_full_recompute()
-    assert run.sessions.users_recomputed == 1
+    assert (run.sessions.users_recomputed, run.sessions.users_from_additions) == (1, 0)
     assert pipeline.changes("run-2") == [
         ("added", "2026-01-10 10:00:00", 3),
         ("removed", "2026-01-10 10:00:00", 1),
@@ -92,13 +145,16 @@ def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
     pipeline.land(day(0), [("a", "u", "2026-01-10 08:00"), ("b", "u", "2026-01-10 12:00")])
     pipeline.process(day(0))
     pipeline.land(day(2), [("c", "u", "2026-01-10 10:00")])
-    pipeline.process(day(2))
+    run = pipeline.process(day(2))
     assert [(s[1][11:16], s[4]) for s in pipeline.sessions()] == [
         ("08:00", 1),
         ("10:00", 2),
         ("12:00", 3),
     ]
     pipeline.assert_equals_full_recompute()
+    # Two hours from each of its neighbours: a session of its own, from the old rows and the
+    # added event, without reading the user's events.
+    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (1, 0)
 
 
 def test_late_event_joins_the_previous_days_session_across_midnight(pipeline):
@@ -242,7 +298,9 @@ def test_the_five_cases_at_once_on_the_delta_spark_backend(pipeline: Pipeline):
     assert sessions("merge") == [
         ("merge", "2026-01-10 10:00:00", "2026-01-10 10:50:00", 3, 1, False)
     ]
-    assert run.sessions.users_recomputed == 5
+    # "between" gained a session of its own, more than the gap from its others: updated
+    # from its old rows and its added event; the four others recomputed from their events.
+    assert (run.sessions.users_recomputed, run.sessions.users_from_additions) == (4, 1)
     assert pipeline.changes("run-3", user="merge") == [
         ("added", "2026-01-10 10:00:00", 3),
         ("removed", "2026-01-10 10:00:00", 1),

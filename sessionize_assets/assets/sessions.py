@@ -110,8 +110,10 @@ def build_sessions_assets(
             context.log.info(
                 f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
                 f"({len(report.recomputed)} recomputed for every user); the sessions of "
-                f"{report.users_recomputed} users recomputed on {report.pairs_recomputed} "
-                f"(user, date) pairs; sessions changed on {len(report.changed)} dates"
+                f"{report.users_recomputed} users recomputed from their events and "
+                f"{report.users_from_additions} from their old sessions and added events, on "
+                f"{report.pairs_recomputed} (user, date) pairs; sessions changed on "
+                f"{len(report.changed)} dates"
             )
             # Every date asked for (a backfill counts on it) is reported once per table, on the
             # output's own materialization, with its own figures as the tables hold them now;
@@ -176,6 +178,7 @@ def _run_metadata(report: SessionsReport, spark_jobs: int | None) -> SessionsRun
         dates_changed=len(report.changed),
         users_recomputed=report.users_recomputed,
         pairs_recomputed=report.pairs_recomputed,
+        users_from_additions=report.users_from_additions,
         dates_searched_by_user=report.dates_searched_by_user,
         users_looked_up=report.users_looked_up,
         events_rows_scanned=report.events_rows_scanned,

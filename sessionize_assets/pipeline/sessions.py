@@ -51,6 +51,7 @@ from sessionize_assets.pipeline.identities import IdentitiesReport, update_ident
 from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
     PUSHED_KEYS_TOTAL,
+    isin_texts,
     keys_by_partition,
     keys_for_join,
     read_by_keys,
@@ -59,6 +60,12 @@ from sessionize_assets.pipeline.manifests import (
     SessionsProgress,
     record_sessions_progress,
     sessions_progress,
+)
+from sessionize_assets.pipeline.sessions_additions import (
+    Additions,
+    candidates,
+    isolated_users,
+    sessions_of_additions,
 )
 from sessionize_assets.pipeline.sessions_diff import (
     DateChanges,
@@ -75,6 +82,7 @@ from sessionize_assets.pipeline.stitching import (
     plan_relabel,
 )
 from sessionize_assets.pipeline.touched import (
+    ChangedEvents,
     TouchedPairs,
     touched_pairs,
 )
@@ -113,6 +121,9 @@ class SessionsReport:
     changed: list[date] = field(default_factory=list)  # dates whose sessions rows changed
     pairs_recomputed: int = 0  # (user, date) pairs recomputed outside the whole dates
     users_recomputed: int = 0
+    # Touched users whose sessions were updated from their old rows and the events added
+    # (pipeline/sessions_additions.py): their history was not read.
+    users_from_additions: int = 0
     # How the recomputed users' events were found: partitions with few such users are
     # searched by user (Parquet skips row groups), the others (and whole dates) read whole.
     dates_searched_by_user: int = 0
@@ -184,10 +195,39 @@ def update_sessions(
     report.pairs_recomputed = plan.scope.pair_count
     frames: list[DataFrame] = [plan.scope.pairs]
     try:
-        events, whole_rows = _read_events(
-            store, plan, settings=settings, report=report, frames=frames
-        )
+        whole_window = event_window(plan.scope.whole, settings)
+        whole_rows = sum(store.row_counts(EVENTS, partitions=whole_window).values())
         keep = _kept_at(whole_rows)
+        # The sessions files that can hold the touched pairs' old rows, from the log's per-file
+        # user ranges: a few files of each old date instead of all of them.
+        by_date = plan.scope.listed
+        files = (
+            None
+            if by_date is None
+            else store.files_with_values(
+                SESSIONS, column="user_id", values=by_date, whole=plan.scope.whole
+            )
+        )
+        # The old rows of the scope, each with its file: compared with the new ones, and
+        # what isolated users' sessions are updated from.
+        old = (
+            None
+            if files is None
+            else plan.scope.within(store.read_files(SESSIONS, files, with_file=True)).persist(keep)
+        )
+        if old is not None:
+            frames.append(old)
+        additions = _additions(store, spark, plan, old=old, settings=settings)
+        report.users_from_additions = 0 if additions is None else len(additions.users)
+        events = _read_events(
+            store,
+            plan,
+            settings=settings,
+            report=report,
+            frames=frames,
+            keep=keep,
+            skipped=frozenset() if additions is None else additions.users,
+        )
         # Spark plans a kept frame when it is kept, and an action when it runs: all of them
         # from here on have shuffles sized for the run.
         with shuffle_partitions_for(spark, rows=whole_rows):
@@ -198,6 +238,16 @@ def update_sessions(
                 conversion_events=settings.conversion_events,
                 session_dates=plan.computed,
             )
+            if additions is not None and old is not None:
+                # The isolated users' pairs from their old rows and added events; their rows
+                # on whole dates are recomputed with everyone's.
+                users = sorted(additions.users)
+                whole = F.col("session_date").isin(plan.scope.whole)
+                built = built.where(~isin_texts(F.col("user_id"), users) | whole).unionByName(
+                    sessions_of_additions(
+                        store, spark, additions=additions, old=old, settings=settings
+                    ).where(~whole)
+                )
             identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
             # Kept with the quarantine's columns: both tables' rows come from it, the chains
             # once.
@@ -210,6 +260,8 @@ def update_sessions(
                 plan,
                 events=events,
                 sessions=sessions,
+                old=old,
+                files=files,
                 relabel=relabel,
                 commit=_Commit(tags=tags, read_version=read_at[SESSIONS], run_id=run_id),
                 report=report,
@@ -240,6 +292,10 @@ class _Plan:
     scope: SessionsScope
     partial: list[date]
     progress: SessionsProgress
+    # The `events` version each partial date has absorbed.
+    absorbed: dict[date, int] = field(default_factory=dict)
+    # What the changed `events` files hold by user, when they were read on the driver.
+    changed: ChangedEvents | None = None
 
     @property
     def computed(self) -> list[date]:
@@ -276,9 +332,8 @@ def _plan(
         if full_refresh or d not in progress or progress[d].definition != definition
     ]
     partial = [d for d in dates if d not in whole and progress[d].events_version < events_version]
-    found = touched_pairs(
-        store, spark, {d: progress[d].events_version for d in partial}, events_version, settings
-    )
+    absorbed = {d: progress[d].events_version for d in partial}
+    found = touched_pairs(store, spark, absorbed, events_version, settings)
     if found is None:  # the events history since then is gone: recompute those dates
         whole, partial = sorted([*whole, *partial]), []
         found = TouchedPairs.none(spark)
@@ -297,6 +352,8 @@ def _plan(
         scope=SessionsScope(whole=whole, pairs=touched, listed=by_date, pair_count=pair_count),
         partial=partial,
         progress=SessionsProgress(events_version=events_version, definition=definition),
+        absorbed=absorbed,
+        changed=found.changed,
     )
 
 
@@ -307,23 +364,27 @@ def _read_events(
     settings: Settings,
     report: SessionsReport,
     frames: list[DataFrame],
-) -> tuple[DataFrame, int]:
+    keep: StorageLevel,
+    skipped: frozenset[str],
+) -> DataFrame:
     """Every user's events around whole dates; elsewhere each touched pair's user's events in
-    that pair's window, found by user (Parquet skips the other users' row groups). With a few
-    pairs on the driver, so are the users of each event date. Persisted frames go to `frames`.
-
-    Also the events the whole dates' windows hold (from the log): what sizes the run."""
+    that pair's window, found by user (Parquet skips the other users' row groups), but for the
+    `skipped` users (updated from their additions). With a few pairs on the driver, so are the
+    users of each event date. Persisted frames (at `keep`) go to `frames`."""
     whole, by_date = plan.scope.whole, plan.scope.listed
     columns = list(SESSION_EVENT_COLUMNS)
     whole_window = event_window(whole, settings)
     wanted: DataFrame | dict[date, set[str]]
     if by_date is not None and plan.scope.pair_count <= PUSHED_KEYS_TOTAL:
         wanted = {}
-        skipped = set(whole_window)
+        skipped_dates = set(whole_window)
         for session_date, users in by_date.items():
+            looked_up = [user for user in users if user not in skipped]
+            if not looked_up:
+                continue
             for event_date in event_window([session_date], settings):
-                if event_date not in skipped:
-                    wanted.setdefault(event_date, set()).update(users)
+                if event_date not in skipped_dates:
+                    wanted.setdefault(event_date, set()).update(looked_up)
     else:
         wanted = (
             plan.scope.pairs.select("user_id", event_dates_of(F.col("session_date"), settings))
@@ -338,14 +399,33 @@ def _read_events(
     report.users_looked_up = lookup.keys_pushed
     rows = store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned])
     report.events_rows_scanned = sum(rows.values())
-    whole_rows = sum(rows.get(day.isoformat(), 0) for day in whole_window)
     events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
     if plan.scope.pair_count:
         # Found by user: kept, so the summary's count does not run the lookup again. Whole
         # dates alone are not (every event of them, wide, held to be counted again by user).
-        events = events.persist(_kept_at(whole_rows))
+        events = events.persist(keep)
         frames.append(events)
-    return events, whole_rows
+    return events
+
+
+def _additions(
+    store: DeltaStore,
+    spark: SparkSession,
+    plan: _Plan,
+    *,
+    old: DataFrame | None,
+    settings: Settings,
+) -> Additions | None:
+    """The touched users whose sessions are updated from their old rows and their added
+    events (pipeline/sessions_additions.py); None for none."""
+    if old is None:
+        return None
+    found = candidates(
+        plan.changed, listed=plan.scope.listed, absorbed=plan.absorbed, settings=settings
+    )
+    if not found.times:
+        return None
+    return isolated_users(store, spark, found=found, old=old, settings=settings)
 
 
 def _kept_at(whole_rows: int) -> StorageLevel:
@@ -365,6 +445,8 @@ def _commit_sessions(
     *,
     events: DataFrame,
     sessions: DataFrame,
+    old: DataFrame | None,
+    files: list[str] | None,
     relabel: Relabel,
     commit: _Commit,
     report: SessionsReport,
@@ -374,21 +456,11 @@ def _commit_sessions(
     """Compare the recomputed sessions with the old rows of their pairs, and commit the pairs
     whose rows differ (with the relabelled pairs) and their corrections. Returns the sessions
     flagged for quarantine. The diff is kept at `keep`."""
-    whole, by_date = plan.scope.whole, plan.scope.listed
-    # The sessions files that can hold the recomputed pairs' old rows, from the log's per-file
-    # user ranges: a few files of each old date instead of all of them.
-    files = (
-        None
-        if by_date is None
-        else store.files_with_values(SESSIONS, column="user_id", values=by_date, whole=whole)
+    old_rows = (
+        old
+        if old is not None
+        else plan.scope.within(store.read(SESSIONS, partitions=plan.computed))
     )
-    old: DataFrame | None = None  # the old rows of the scope, each with its file
-    if files is None:
-        old_rows = plan.scope.within(store.read(SESSIONS, partitions=plan.computed))
-    else:
-        old = plan.scope.within(store.read_files(SESSIONS, files, with_file=True)).persist(keep)
-        frames.append(old)
-        old_rows = old
     diff = diff_sessions(old_rows, sessions).persist(keep)
     frames.append(diff)
     # Everything above, once; with the files holding an old row of a changed pair.

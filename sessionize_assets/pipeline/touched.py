@@ -9,9 +9,11 @@ on the driver with Arrow, more read by Spark in one query.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,13 +33,30 @@ PAIR = ("user_id", "session_date")
 PAIRS_SCHEMA = "user_id string, session_date date"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChangedEvents:
+    """What the changed `events` files hold, by user, when they were read on the driver: the
+    times of each user's rows in the files added (and still live or kept by compaction), and
+    the users with a row in a file removed (a displaced copy, a recomputed date, an erasure).
+    A user absent from `removed` had events added and none removed: what
+    `pipeline/sessions_additions.py` updates sessions from without reading the history."""
+
+    # user -> (event_date, event_ts in microseconds since the epoch, the file) of each row
+    # added
+    added: dict[str, list[tuple[date, int, str]]] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)
+    # The commit that added each file of `added`.
+    versions: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class TouchedPairs:
     """The (user_id, session_date) pairs whose events changed; `listed` holds them by date
-    when they were found on the driver."""
+    when they were found on the driver, and `changed` the rows of the changed files then."""
 
     pairs: DataFrame
     listed: dict[date, list[str]] | None = None
+    changed: ChangedEvents | None = None
 
     @classmethod
     def none(cls, spark: SparkSession) -> TouchedPairs:
@@ -69,18 +88,23 @@ def touched_pairs(
     window = {event_date.isoformat() for event_date in event_window(list(absorbed), settings)}
     latest: dict[str, int] = {}
     sizes: dict[str, int | None] = {}
+    removed: set[str] = set()
     for change in changes:
         if change.partition in window:
             latest[change.path] = max(latest.get(change.path, -1), change.version)
             if sizes.get(change.path) is None:
                 sizes[change.path] = change.size
+            if not change.added:
+                removed.add(change.path)
     if not latest:
         return TouchedPairs.none(spark)
     known = [size for size in sizes.values() if size is not None]
     if len(known) == len(sizes) and sum(known) <= settings.driver_write_bytes:
-        listed = _touched_on_driver(store, latest, absorbed, settings)
+        listed, changed = _touched_on_driver(store, latest, removed, absorbed, settings)
         pairs = [(user, day) for day, users in listed.items() for user in users]
-        return TouchedPairs(pairs=spark.createDataFrame(pairs, PAIRS_SCHEMA), listed=listed)
+        return TouchedPairs(
+            pairs=spark.createDataFrame(pairs, PAIRS_SCHEMA), listed=listed, changed=changed
+        )
     # Which commit last changed each file, and which version each date absorbed: few distinct
     # versions, so both are expressions in the query.
     changed_at: dict[int, list[str]] = {}
@@ -106,21 +130,36 @@ def touched_pairs(
 
 
 def _touched_on_driver(
-    store: DeltaStore, latest: dict[str, int], absorbed: dict[date, int], settings: Settings
-) -> dict[date, list[str]]:
-    """`touched_pairs` of a few changed files (`latest`: the commit that last changed each),
-    read with Arrow: the users of each absorbed session date that a newer commit changed."""
-    rows = store.read_files_arrow(EVENTS, latest, columns=["user_id", "event_date"], with_file=True)
+    store: DeltaStore,
+    latest: dict[str, int],
+    removed: set[str],
+    absorbed: dict[date, int],
+    settings: Settings,
+) -> tuple[dict[date, list[str]], ChangedEvents]:
+    """`touched_pairs` of a few changed files (`latest`: the commit that last changed each;
+    `removed`: those a commit removed), read with Arrow: the users of each absorbed session
+    date that a newer commit changed, and what the files hold by user."""
+    columns = ["user_id", "event_date", "event_ts"]
+    rows = store.read_files_arrow(EVENTS, latest, columns=columns, with_file=True)
     found: dict[date, set[str]] = {}
-    for user, event_date, path in zip(
-        *(rows.column(name).to_pylist() for name in ("user_id", "event_date", FILE_COLUMN)),
+    changed = ChangedEvents(versions={path: v for path, v in latest.items() if path not in removed})
+    micros = pc.cast(rows.column("event_ts"), pa.timestamp("us")).cast(pa.int64())
+    for user, event_date, event_ts, path in zip(
+        rows.column("user_id").to_pylist(),
+        rows.column("event_date").to_pylist(),
+        micros.to_pylist(),
+        rows.column(FILE_COLUMN).to_pylist(),
         strict=True,
     ):
         version = latest[path]
         for session_date in _session_dates_of(event_date, settings):
             if absorbed.get(session_date, version) < version:
                 found.setdefault(session_date, set()).add(user)
-    return {day: sorted(users) for day, users in sorted(found.items())}
+        if path in removed:
+            changed.removed.add(user)
+        else:
+            changed.added.setdefault(user, []).append((event_date, event_ts, path))
+    return {day: sorted(users) for day, users in sorted(found.items())}, changed
 
 
 def _session_dates_of(event_date: date, settings: Settings) -> set[date]:
