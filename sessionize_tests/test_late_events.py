@@ -30,10 +30,10 @@ def _every(user: str, first: str, last: str, minutes: int) -> list[tuple]:
 
 
 def test_only_late_events_away_from_every_old_chain_skip_the_history(spark, tmp_path):
-    """A user whose added events are more than the gap from each of their old chains has the
-    pairs updated from the old rows and the added events; anyone else is recomputed from
-    `events`: an event near a session, and one near a quarantined chain's end, which the
-    session's own end (its last included event) does not show."""
+    """A user's late events more than the gap from each of their old chains have their pairs
+    updated from the old rows and the added events; any other pair is recomputed from
+    `events`: an event near a session, one near a quarantined chain's end (which the
+    session's own end, its last included event, does not show), and a new day's."""
     pipeline = Pipeline(spark, make_settings(tmp_path, max_session_length=timedelta(hours=2)))
     pipeline.land(
         day(0),
@@ -51,8 +51,9 @@ def test_only_late_events_away_from_every_old_chain_skip_the_history(spark, tmp_
     pipeline.land(day(1), [("mid-b", "mid", "2026-01-11 03:00")])
     pipeline.process(day(1))
     pipeline.land(
-        day(3),
+        day(5),
         [
+            ("iso-now", "iso", "2026-01-15 09:00"),  # on time: its new day is computed whole
             ("iso-c", "iso", "2026-01-10 10:00"),
             ("iso-d", "iso", "2026-01-10 10:20"),
             ("near-c", "near", "2026-01-10 08:35"),  # 25 minutes after its session's end
@@ -63,9 +64,12 @@ def test_only_late_events_away_from_every_old_chain_skip_the_history(spark, tmp_
             ("mid-d", "mid", "2026-01-11 00:15"),
         ],
     )
-    run = pipeline.process(day(3))
-    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (3, 2)
-    assert run.sessions.inserted == 3  # iso's, newbot's and mid's new sessions
+    run = pipeline.process(day(5))
+    # iso's, newbot's and mid's pairs of 01-09 .. 01-11 (and mid's 01-12) from their old rows
+    # and added events; near's, bot's and iso's new day from their events.
+    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (3, 3)
+    assert run.sessions.pairs_from_additions == 10
+    assert run.sessions.inserted == 4  # iso's two, newbot's and mid's new sessions
     pipeline.assert_equals_full_recompute()
 
 

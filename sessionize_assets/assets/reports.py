@@ -232,8 +232,9 @@ class SessionsRunMetadata(StepFigures):
     dates_changed: int
     users_recomputed: int
     pairs_recomputed: int
-    # Touched users whose sessions came from their old rows and added events, their events
-    # unread (pipeline/sessions_additions.py).
+    # Touched (user, date) pairs whose sessions came from their old rows and added events,
+    # their events unread (pipeline/sessions_additions.py), and the users they are of.
+    pairs_from_additions: int
     users_from_additions: int
     dates_searched_by_user: int
     users_looked_up: int

@@ -110,9 +110,10 @@ def build_sessions_assets(
             context.log.info(
                 f"sessions: {len(report.updated)} of {len(dates)} dates had changed events "
                 f"({len(report.recomputed)} recomputed for every user); the sessions of "
-                f"{report.users_recomputed} users recomputed from their events and "
-                f"{report.users_from_additions} from their old sessions and added events, on "
-                f"{report.pairs_recomputed} (user, date) pairs; sessions changed on "
+                f"{report.pairs_recomputed} (user, date) pairs touched, "
+                f"{report.pairs_from_additions} of them updated from their old sessions and "
+                f"added events, the others recomputed from the events of "
+                f"{report.users_recomputed} users; sessions changed on "
                 f"{len(report.changed)} dates"
             )
             # Every date asked for (a backfill counts on it) is reported once per table, on the
@@ -178,6 +179,7 @@ def _run_metadata(report: SessionsReport, spark_jobs: int | None) -> SessionsRun
         dates_changed=len(report.changed),
         users_recomputed=report.users_recomputed,
         pairs_recomputed=report.pairs_recomputed,
+        pairs_from_additions=report.pairs_from_additions,
         users_from_additions=report.users_from_additions,
         dates_searched_by_user=report.dates_searched_by_user,
         users_looked_up=report.users_looked_up,

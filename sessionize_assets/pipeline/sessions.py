@@ -51,9 +51,9 @@ from sessionize_assets.pipeline.identities import IdentitiesReport, update_ident
 from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
     PUSHED_KEYS_TOTAL,
-    isin_texts,
     keys_by_partition,
     keys_for_join,
+    pair_filter,
     read_by_keys,
 )
 from sessionize_assets.pipeline.manifests import (
@@ -64,7 +64,7 @@ from sessionize_assets.pipeline.manifests import (
 from sessionize_assets.pipeline.sessions_additions import (
     Additions,
     candidates,
-    isolated_users,
+    isolated_pairs,
     sessions_of_additions,
 )
 from sessionize_assets.pipeline.sessions_diff import (
@@ -121,9 +121,10 @@ class SessionsReport:
     changed: list[date] = field(default_factory=list)  # dates whose sessions rows changed
     pairs_recomputed: int = 0  # (user, date) pairs recomputed outside the whole dates
     users_recomputed: int = 0
-    # Touched users whose sessions were updated from their old rows and the events added
-    # (pipeline/sessions_additions.py): their history was not read.
+    # Touched users (and their pairs) whose sessions were updated from their old rows and the
+    # events added (pipeline/sessions_additions.py): their history was not read.
     users_from_additions: int = 0
+    pairs_from_additions: int = 0  # of `pairs_recomputed`
     # How the recomputed users' events were found: partitions with few such users are
     # searched by user (Parquet skips row groups), the others (and whole dates) read whole.
     dates_searched_by_user: int = 0
@@ -219,6 +220,7 @@ def update_sessions(
             frames.append(old)
         additions = _additions(store, spark, plan, old=old, settings=settings)
         report.users_from_additions = 0 if additions is None else len(additions.users)
+        report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
         events = _read_events(
             store,
             plan,
@@ -226,7 +228,7 @@ def update_sessions(
             report=report,
             frames=frames,
             keep=keep,
-            skipped=frozenset() if additions is None else additions.users,
+            skipped=set() if additions is None else additions.pairs,
         )
         # Spark plans a kept frame when it is kept, and an action when it runs: all of them
         # from here on have shuffles sized for the run.
@@ -239,14 +241,13 @@ def update_sessions(
                 session_dates=plan.computed,
             )
             if additions is not None and old is not None:
-                # The isolated users' pairs from their old rows and added events; their rows
-                # on whole dates are recomputed with everyone's.
-                users = sorted(additions.users)
-                whole = F.col("session_date").isin(plan.scope.whole)
-                built = built.where(~isin_texts(F.col("user_id"), users) | whole).unionByName(
+                # The isolated pairs from their old rows and added events; the others
+                # recomputed from `events` (whole dates are never isolated).
+                isolated = pair_filter(additions.pairs, partition="session_date", key="user_id")
+                built = built.where(~isolated).unionByName(
                     sessions_of_additions(
                         store, spark, additions=additions, old=old, settings=settings
-                    ).where(~whole)
+                    )
                 )
             identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
             # Kept with the quarantine's columns: both tables' rows come from it, the chains
@@ -365,11 +366,11 @@ def _read_events(
     report: SessionsReport,
     frames: list[DataFrame],
     keep: StorageLevel,
-    skipped: frozenset[str],
+    skipped: set[tuple[date, str]],
 ) -> DataFrame:
     """Every user's events around whole dates; elsewhere each touched pair's user's events in
     that pair's window, found by user (Parquet skips the other users' row groups), but for the
-    `skipped` users (updated from their additions). With a few pairs on the driver, so are the
+    `skipped` pairs (updated from their additions). With a few pairs on the driver, so are the
     users of each event date. Persisted frames (at `keep`) go to `frames`."""
     whole, by_date = plan.scope.whole, plan.scope.listed
     columns = list(SESSION_EVENT_COLUMNS)
@@ -379,7 +380,7 @@ def _read_events(
         wanted = {}
         skipped_dates = set(whole_window)
         for session_date, users in by_date.items():
-            looked_up = [user for user in users if user not in skipped]
+            looked_up = [user for user in users if (session_date, user) not in skipped]
             if not looked_up:
                 continue
             for event_date in event_window([session_date], settings):
@@ -425,7 +426,7 @@ def _additions(
     )
     if not found.times:
         return None
-    return isolated_users(store, spark, found=found, old=old, settings=settings)
+    return isolated_pairs(store, spark, found=found, old=old, settings=settings)
 
 
 def _kept_at(whole_rows: int) -> StorageLevel:

@@ -4,7 +4,8 @@ A late event spread over a long history touches a few users on every date, and e
 group of `events` holds some of them: recomputing those pairs from `events` reads the
 history (docs/benchmarks.md, "The full size"). Most such events join no session: they
 arrive more than the gap G away from each of the user's old events, so they start sessions
-of their own and change no old one. For such a user the new sessions are exactly:
+of their own and change no old one. For a pair where that holds, its new sessions are
+exactly:
 
 - the old sessions of each touched (user, date) pair as they are (their chains gained no
   event: an added event between two events of a chain is within G of one of them), and
@@ -14,18 +15,24 @@ of their own and change no old one. For such a user the new sessions are exactly
 the pair's sessions numbered again by start. The old rows come from the diff's own read of
 the touched pairs, the added events from the few files the batch added.
 
-A user is updated this way (*isolated*) when
-1. no file removed since the dates' absorbed versions holds a row of theirs (nothing
+A user's changed rows fall into *clusters*: rows whose event dates are at most
+`cluster_days` apart, so that no session date is decided by two clusters and no chain spans
+two. The pairs
+a cluster touches are updated this way (the cluster is *isolated*) when
+1. no file removed since the dates' absorbed versions holds a row of the user (nothing
    displaced, recomputed or erased: only additions);
-2. every session date an added event decides (`partitions.session_dates_for`) is brought up
-   to date by this run, pair by pair, and that pair is touched: its old rows are read, and
-   they hold every old chain near the event (a chain within reach is at most L + G long,
-   unless quarantined), as of a version no older than the earliest absorbed one;
-3. no added event lies within G of one of the user's old chains: of those rows, from
+2. each of its rows is added for every session date it decides (`partitions.session_dates_for`:
+   each absorbed an older version than the row's file) or absorbed already by all of them, and
+   each such date is brought up to date by this run, pair by pair, with that pair touched: its
+   old rows are read, and they hold every old chain near the row (a chain within reach is at
+   most L + G long, unless quarantined);
+3. no added row lies within G of one of the user's old chains: of those rows, from
    `session_start` to `session_end`, or of a quarantined chain (any date, the quarantine
-   table's `chain_end`). An added event that some date has absorbed already lies in its own
-   chain there: such a user is recomputed from `events`.
-Every other touched user is recomputed from `events` as before.
+   table's `chain_end`). An added row that another date absorbed already lies in its own chain
+   there, and is recomputed from `events`.
+Every other touched pair is recomputed from `events` as before: with a user's late events
+far back and their on-time ones on the new day, the late ones' pairs are isolated, the new
+day's are not (its dates are computed whole).
 """
 
 from __future__ import annotations
@@ -41,8 +48,12 @@ from pyspark.sql import functions as F
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
-from sessionize_assets.partitions import session_dates_for
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, isin_texts
+from sessionize_assets.partitions import (
+    session_dates_for,
+    session_lookahead_days,
+    session_lookback_days,
+)
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, isin_texts, pair_filter
 from sessionize_assets.pipeline.touched import ChangedEvents
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.sessions import (
@@ -53,22 +64,36 @@ from sessionize_assets.transforms.sessions import (
 
 
 @dataclass(frozen=True, kw_only=True)
-class Additions:
-    """The users whose sessions a run updates from their old rows and added events, and
-    their quarantine rows (any date)."""
+class Candidates:
+    """The clusters that conditions 1 and 2 allow: each as the times (microseconds) of its
+    added rows, the pairs it touches and the (event date, user) of its added rows."""
 
-    users: frozenset[str]
-    paths: list[str]  # the files holding their added events (and others')
-    quarantine: pa.Table
+    times: list[tuple[str, list[int]]]  # (user, times) a cluster
+    pairs: list[set[tuple[date, str]]]  # the (session date, user) pairs of each cluster
+    rows: list[set[tuple[date, str]]]  # the (event date, user) of each cluster's added rows
+    paths: list[str]  # the files holding the added rows
 
 
 @dataclass(frozen=True, kw_only=True)
-class Candidates:
-    """The users that conditions 1 and 2 allow, with the times (microseconds) of their added
-    events, and the files that hold those events."""
+class Additions:
+    """The pairs a run updates from their old rows and added events: the touched pairs of the
+    isolated clusters, the (event date, user) of their added rows and the files holding them,
+    and the quarantine rows of their users (any date)."""
 
-    times: dict[str, list[int]]
+    pairs: set[tuple[date, str]]
+    rows: set[tuple[date, str]]
     paths: list[str]
+    quarantine: pa.Table
+
+    @property
+    def users(self) -> set[str]:
+        return {user for _, user in self.pairs}
+
+
+def cluster_days(settings: Settings) -> int:
+    """The most days apart two of a user's changed rows are in one cluster: rows further apart
+    decide no session date in common (a row on E decides E - lookahead .. E + lookback)."""
+    return session_lookahead_days(settings) + session_lookback_days(settings) + 1
 
 
 def candidates(
@@ -78,49 +103,69 @@ def candidates(
     absorbed: Mapping[date, int],
     settings: Settings,
 ) -> Candidates:
-    """The users conditions 1 and 2 allow: known on the driver from the changed files, the
+    """The clusters conditions 1 and 2 allow: known on the driver from the changed files, the
     touched pairs and the `events` version each of the run's partial dates has absorbed.
 
-    A changed file's rows are *added* when every session date its event date decides absorbed
-    an older version than the file's, and *absorbed* already when every one absorbed its
-    version or a later one (dates absorb different versions when earlier runs asked for
-    different dates). A user with a row of neither kind, or of a date deciding a date outside
-    the partial ones, is recomputed from `events`."""
+    A changed file's rows are *added* when every session date their event date decides
+    absorbed an older version than the file's, and *absorbed* already when every one absorbed
+    its version or a later one (dates absorb different versions when earlier runs asked for
+    different dates). A cluster with a row of neither kind, or deciding a date outside the
+    partial ones, is recomputed from `events`."""
+    found = Candidates(times=[], pairs=[], rows=[], paths=[])
     if changed is None or listed is None:
-        return Candidates(times={}, paths=[])
-    pairs = {(day, user) for day, users in listed.items() for user in users}
-    if len(pairs) > PUSHED_KEYS_TOTAL:
-        return Candidates(times={}, paths=[])
+        return found
+    touched = {(day, user) for day, users in listed.items() for user in users}
+    if len(touched) > PUSHED_KEYS_TOTAL:
+        return found
     decided: dict[date, list[date]] = {}
-    found: dict[str, list[int]] = {}
+    apart = cluster_days(settings)
     paths: set[str] = set()
     for user, rows in changed.added.items():
         if user in changed.removed:
             continue
-        times: list[int] = []
-        files: set[str] = set()
+        by_date: dict[date, list[tuple[int, str]]] = {}
         for event_date, micros, path in rows:
-            dates = decided.get(event_date)
-            if dates is None:
-                dates = decided[event_date] = session_dates_for([event_date], settings)
-            version = changed.versions[path]
-            if all(day in absorbed and absorbed[day] >= version for day in dates):
-                continue
-            if not all(
-                day in absorbed and absorbed[day] < version and (day, user) in pairs
-                for day in dates
-            ):
-                break
-            times.append(micros)
-            files.add(path)
-        else:
-            if times:
-                found[user] = times
+            by_date.setdefault(event_date, []).append((micros, path))
+        clusters: list[list[date]] = []
+        for event_date in sorted(by_date):
+            if clusters and (event_date - clusters[-1][-1]).days <= apart:
+                clusters[-1].append(event_date)
+            else:
+                clusters.append([event_date])
+        for cluster in clusters:
+            times: list[int] = []
+            pairs: set[tuple[date, str]] = set()
+            files: set[str] = set()
+            isolated = True
+            for event_date in cluster:
+                dates = decided.get(event_date)
+                if dates is None:
+                    dates = decided[event_date] = session_dates_for([event_date], settings)
+                pairs.update((day, user) for day in dates)
+                for micros, path in by_date[event_date]:
+                    version = changed.versions[path]
+                    if all(day in absorbed and absorbed[day] >= version for day in dates):
+                        continue
+                    if not all(
+                        day in absorbed and absorbed[day] < version and (day, user) in touched
+                        for day in dates
+                    ):
+                        isolated = False
+                        break
+                    times.append(micros)
+                    files.add(path)
+                if not isolated:
+                    break
+            if isolated and times:
+                found.times.append((user, times))
+                found.pairs.append(pairs & touched)
+                found.rows.append({(event_date, user) for event_date in cluster})
                 paths |= files
-    return Candidates(times=found, paths=sorted(paths))
+    found.paths.extend(sorted(paths))
+    return found
 
 
-def isolated_users(
+def isolated_pairs(
     store: DeltaStore,
     spark: SparkSession,
     *,
@@ -128,45 +173,54 @@ def isolated_users(
     old: DataFrame,
     settings: Settings,
 ) -> Additions | None:
-    """Of the `candidates`, those whose added events lie more than G from every old chain
-    (condition 3): the quarantined chains checked on the driver, the old rows of the touched
-    pairs (`old`) in one Spark job. None when no candidate is isolated."""
+    """Of the `candidates`' clusters, those whose added rows lie more than G from every old
+    chain (condition 3): the quarantined chains checked on the driver, the old rows of the
+    touched pairs (`old`) in one Spark job. None when no cluster is isolated."""
     gap = int(settings.session_gap.total_seconds() * 1_000_000)
-    kept = dict(found.times)
-    quarantined = _quarantine_of(store, kept)
-    starts = _micros(quarantined.column("session_start"))
-    ends = _micros(quarantined.column("chain_end"))
+    quarantined = _quarantine_of(store, {user for user, _ in found.times})
+    chains: dict[str, list[tuple[int, int]]] = {}
     for user, start, end in zip(
-        quarantined.column("user_id").to_pylist(), starts, ends, strict=True
+        quarantined.column("user_id").to_pylist(),
+        _micros(quarantined.column("session_start")),
+        _micros(quarantined.column("chain_end")),
+        strict=True,
     ):
-        times = kept.get(user)
-        if times is not None and any(start - gap <= t <= end + gap for t in times):
-            del kept[user]
+        chains.setdefault(user, []).append((start - gap, end + gap))
+    kept = [
+        index
+        for index, (user, times) in enumerate(found.times)
+        if not any(low <= t <= high for low, high in chains.get(user, ()) for t in times)
+    ]
     if not kept:
         return None
     added = spark.createDataFrame(
-        [(user, t) for user, times in kept.items() for t in times], "user_id string, _t long"
+        [(index, found.times[index][0], t) for index in kept for t in found.times[index][1]],
+        "_cluster int, user_id string, _t long",
     )
+    users = sorted({found.times[index][0] for index in kept})
     near = (
-        old.where(isin_texts(F.col("user_id"), sorted(kept)))
+        old.where(isin_texts(F.col("user_id"), users))
         .select("user_id", "session_start", "session_end")
         .join(added, on="user_id")
         .where(
             (F.col("_t") >= F.unix_micros("session_start") - gap)
             & (F.col("_t") <= F.unix_micros("session_end") + gap)
         )
-        .select("user_id")
+        .select("_cluster")
         .distinct()
         .collect()
     )
-    users = frozenset(kept) - {row["user_id"] for row in near}
-    if not users:
+    isolated = sorted(set(kept) - {row["_cluster"] for row in near})
+    if not isolated:
         return None
+    pairs = set().union(*(found.pairs[index] for index in isolated))
+    rows = set().union(*(found.rows[index] for index in isolated))
     return Additions(
-        users=users,
+        pairs=pairs,
+        rows=rows,
         paths=found.paths,
         quarantine=quarantined.filter(
-            pc.is_in(quarantined.column("user_id"), pa.array(sorted(users)))
+            pc.is_in(quarantined.column("user_id"), pa.array(sorted({u for _, u in pairs})))
         ),
     )
 
@@ -179,29 +233,29 @@ def sessions_of_additions(
     old: DataFrame,
     settings: Settings,
 ) -> DataFrame:
-    """The isolated users' sessions on the touched pairs' dates, in the shape of
-    `sessions_with_quarantine` (QUARANTINE_DETAIL included): their old rows, with the
-    quarantine's detail of a flagged one, and the sessions of their added events alone
-    (read from their files), numbered again by start. The caller keeps the touched pairs."""
-    users = sorted(additions.users)
+    """The isolated pairs' sessions, in the shape of `sessions_with_quarantine`
+    (QUARANTINE_DETAIL included): their old rows, with the quarantine's detail of a flagged
+    one, and the sessions of the isolated clusters' added rows alone (read from their files),
+    numbered again by start."""
+    pairs = pair_filter(additions.pairs, partition="session_date", key="user_id")
     added = (
         store.read_files(EVENTS, additions.paths)
         .select(*SESSION_EVENT_COLUMNS)
-        .where(isin_texts(F.col("user_id"), users))
+        .where(pair_filter(additions.rows, partition="event_date", key="user_id"))
     )
     new = sessions_with_quarantine(
         added,
         gap=settings.session_gap,
         max_length=settings.max_session_length,
         conversion_events=settings.conversion_events,
-    )
+    ).where(pairs)
     detail_columns = ["capped_at", "chain_end", "excluded_events"]
     detail = spark.createDataFrame(
         additions.quarantine.select(["session_id", *detail_columns]).to_pylist(),
         "session_id string, capped_at timestamp, chain_end timestamp, excluded_events long",
     )
     kept = (
-        old.where(isin_texts(F.col("user_id"), users))
+        old.where(pairs)
         .drop("stitched_user_id", "_file")
         .join(detail, on="session_id", how="left")
         .withColumn(
