@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from sessionize_assets.checks import scope as check_scope
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.pipeline import keyed_reads, sessions_diff
+from sessionize_assets.pipeline import keyed_reads, sessions_additions, sessions_diff
 from sessionize_assets.pipeline import sessions as sessions_pipeline
 from sessionize_assets.resources import spark as spark_resource_module
 from sessionize_assets.resources.spark import (
@@ -233,6 +233,14 @@ def store(spark: SparkSession, settings: Settings) -> EmbeddedDeltaStore:
 def pipeline(request, spark, settings) -> Pipeline:
     """On the embedded store, or the one a test's parameter gives (`indirect`)."""
     return Pipeline(spark, settings, store=getattr(request, "param", EmbeddedDeltaStore))
+
+
+@pytest.fixture
+def additions_at_any_size(monkeypatch) -> None:
+    """A sessions run updates the pairs it can from their old rows and added events whatever
+    the events that saves reading (ADDITIONS_MIN_EVENTS_SKIPPED 0): the tests' lakes are far
+    below the size where the path pays for its Spark job."""
+    monkeypatch.setattr(sessions_additions, "ADDITIONS_MIN_EVENTS_SKIPPED", 0)
 
 
 @pytest.fixture(params=["hash_set", "join"])

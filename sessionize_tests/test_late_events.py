@@ -29,7 +29,9 @@ def _every(user: str, first: str, last: str, minutes: int) -> list[tuple]:
     ]
 
 
-def test_only_late_events_away_from_every_old_chain_skip_the_history(spark, tmp_path):
+def test_only_late_events_away_from_every_old_chain_skip_the_history(
+    spark, tmp_path, additions_at_any_size
+):
     """A user's late events more than the gap from each of their old chains have their pairs
     updated from the old rows and the added events; any other pair is recomputed from
     `events`: an event near a session, one near a quarantined chain's end (which the
@@ -145,7 +147,7 @@ def test_late_event_inside_a_session_only_extends_its_count(pipeline):
     pipeline.assert_equals_full_recompute()
 
 
-def test_late_event_creates_a_session_between_two_and_renumbers(pipeline):
+def test_late_event_creates_a_session_between_two_and_renumbers(pipeline, additions_at_any_size):
     pipeline.land(day(0), [("a", "u", "2026-01-10 08:00"), ("b", "u", "2026-01-10 12:00")])
     pipeline.process(day(0))
     pipeline.land(day(2), [("c", "u", "2026-01-10 10:00")])
@@ -244,7 +246,9 @@ ON_DELTA_SPARK = pytest.mark.parametrize(
 
 
 @ON_DELTA_SPARK
-def test_the_five_cases_at_once_on_the_delta_spark_backend(pipeline: Pipeline):
+def test_the_five_cases_at_once_on_the_delta_spark_backend(
+    pipeline: Pipeline, additions_at_any_size: None
+):
     pipeline.land(
         day(0),
         [

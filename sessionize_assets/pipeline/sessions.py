@@ -42,6 +42,7 @@ from sessionize_assets.lake.tables import (
 from sessionize_assets.partitions import (
     event_window,
 )
+from sessionize_assets.pipeline import sessions_additions
 from sessionize_assets.pipeline.corrections import (
     diff_sessions,
     log_commit,
@@ -417,14 +418,21 @@ def _additions(
     old: DataFrame | None,
     settings: Settings,
 ) -> Additions | None:
-    """The touched users whose sessions are updated from their old rows and their added
-    events (pipeline/sessions_additions.py); None for none."""
+    """The touched pairs whose sessions are updated from their old rows and their added
+    events (pipeline/sessions_additions.py); None for none, or when the dates only they
+    would read hold fewer than ADDITIONS_MIN_EVENTS_SKIPPED events."""
     if old is None:
         return None
     found = candidates(
         plan.changed, listed=plan.scope.listed, absorbed=plan.absorbed, settings=settings
     )
-    if not found.times:
+    if not found.times or plan.scope.listed is None:
+        return None
+    skippable = found.skippable(plan.scope.listed, settings) - set(
+        event_window(plan.scope.whole, settings)
+    )
+    skipped_rows = sum(store.row_counts(EVENTS, partitions=sorted(skippable)).values())
+    if skipped_rows < sessions_additions.ADDITIONS_MIN_EVENTS_SKIPPED:
         return None
     return isolated_pairs(store, spark, found=found, old=old, settings=settings)
 

@@ -49,6 +49,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
 from sessionize_assets.partitions import (
+    event_window,
     session_dates_for,
     session_lookahead_days,
     session_lookback_days,
@@ -62,6 +63,14 @@ from sessionize_assets.transforms.sessions import (
     sessions_with_quarantine,
 )
 
+# The fast path costs a Spark job of its own (telling the isolated clusters from the near
+# ones, 0.1-0.5 s) and saves reading the events of the dates only candidate clusters need:
+# taken when those dates hold at least this many events. A scan of 7.36 M events by user
+# took 2-3 s on 2 cores (docs/benchmarks.md, "The full size"): below about 2 M the job costs
+# what it saves, so a small batch, or a mid-size one whose late events reach few dates
+# beyond the new day's, is recomputed from `events` as before.
+ADDITIONS_MIN_EVENTS_SKIPPED = 2_000_000
+
 
 @dataclass(frozen=True, kw_only=True)
 class Candidates:
@@ -72,6 +81,18 @@ class Candidates:
     pairs: list[set[tuple[date, str]]]  # the (session date, user) pairs of each cluster
     rows: list[set[tuple[date, str]]]  # the (event date, user) of each cluster's added rows
     paths: list[str]  # the files holding the added rows
+
+    def skippable(self, listed: Mapping[date, Collection[str]], settings: Settings) -> set[date]:
+        """The event dates only these clusters' pairs would have read (the events looked up
+        by user if every one of them is isolated)."""
+        theirs = set().union(*self.pairs) if self.pairs else set()
+        mine: set[date] = set()
+        others: set[date] = set()
+        for day, users in listed.items():
+            window = event_window([day], settings)
+            for user in users:
+                (mine if (day, user) in theirs else others).update(window)
+        return mine - others
 
 
 @dataclass(frozen=True, kw_only=True)
