@@ -9,11 +9,13 @@ import pytest
 
 from sessionize_assets.lake.delta_spark.store import DeltaSparkStore
 from sessionize_assets.lake.tables import (
+    SESSION_QUARANTINE,
     SESSIONS,
     SESSIONS_FILE_ROWS,
 )
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.harness import Pipeline, day
+from sessionize_tests.table_rows import table_rows
 
 # Minutes of batches in all: started first (conftest.py).
 pytestmark = pytest.mark.slow
@@ -45,6 +47,7 @@ def test_only_late_events_away_from_every_old_chain_skip_the_history(
             ("near-a", "near", "2026-01-10 08:00"),
             ("near-b", "near", "2026-01-10 08:10"),
             *_every("bot", "2026-01-10 00:00", "2026-01-10 03:00", 20),  # capped at 02:00
+            *_every("oldbot", "2026-01-10 00:00", "2026-01-10 03:00", 20),
             ("newbot-a", "newbot", "2026-01-10 08:00"),
             ("mid-a", "mid", "2026-01-10 20:00"),
         ],
@@ -52,6 +55,8 @@ def test_only_late_events_away_from_every_old_chain_skip_the_history(
     pipeline.process(day(0))
     pipeline.land(day(1), [("mid-b", "mid", "2026-01-11 03:00")])
     pipeline.process(day(1))
+    quarantined = _quarantine_rows(pipeline, "oldbot")
+    assert len(quarantined) == 1
     pipeline.land(
         day(5),
         [
@@ -60,6 +65,7 @@ def test_only_late_events_away_from_every_old_chain_skip_the_history(
             ("iso-d", "iso", "2026-01-10 10:20"),
             ("near-c", "near", "2026-01-10 08:35"),  # 25 minutes after its session's end
             ("bot-late", "bot", "2026-01-10 03:25"),  # 25 minutes after its chain's end
+            ("oldbot-late", "oldbot", "2026-01-10 06:00"),  # its quarantined chain kept whole
             # A chain of added events alone, past the cap: quarantined from the additions.
             *_every("newbot", "2026-01-10 14:00", "2026-01-10 17:00", 20),
             ("mid-c", "mid", "2026-01-10 23:50"),  # with the next: across midnight
@@ -67,12 +73,21 @@ def test_only_late_events_away_from_every_old_chain_skip_the_history(
         ],
     )
     run = pipeline.process(day(5))
-    # iso's, newbot's and mid's pairs of 01-09 .. 01-11 (and mid's 01-12) from their old rows
-    # and added events; near's, bot's and iso's new day from their events.
-    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (3, 3)
-    assert run.sessions.pairs_from_additions == 10
-    assert run.sessions.inserted == 4  # iso's two, newbot's and mid's new sessions
+    # iso's, oldbot's, newbot's and mid's pairs of 01-09 .. 01-11 (and mid's 01-12) from their
+    # old rows and added events; near's, bot's and iso's new day from their events.
+    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (4, 3)
+    assert run.sessions.pairs_from_additions == 13
+    assert run.sessions.inserted == 5  # iso's two, oldbot's, newbot's and mid's new sessions
+    assert _quarantine_rows(pipeline, "oldbot") == quarantined
     pipeline.assert_equals_full_recompute()
+
+
+def _quarantine_rows(pipeline: Pipeline, user: str) -> list[tuple]:
+    return sorted(
+        (r.session_id, r.session_start, r.capped_at, r.chain_end, r.excluded_events)
+        for r in table_rows(pipeline.store, SESSION_QUARANTINE)
+        if r.user_id == user
+    )
 
 
 def test_late_event_merges_two_sessions(pipeline, pair_placement):

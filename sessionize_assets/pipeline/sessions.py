@@ -4,10 +4,11 @@ A sessions partition records the `events` version it has absorbed. The files `ev
 removed since then (read from its Delta log) hold the users whose events changed: a change for
 user u on event date E can only move u's sessions on E - lookahead .. E + lookback (see
 partitions.py), so exactly those (user, session date) pairs are recomputed
-(`pipeline/touched.py` finds them), from those users' events in the pairs' windows. Only pairs
-whose rows really differ are written: the files holding their old rows are rewritten (files are
-user ranges within a date), their new rows added, and both sides go to the corrections log, all
-without touching other users.
+(`pipeline/touched.py` finds them), from those users' events in the pairs' windows, or, for a
+pair whose added events join none of its user's old chains, from its old rows and those events
+(`pipeline/sessions_additions.py`). Only pairs whose rows really differ are written: the files
+holding their old rows are rewritten (files are user ranges within a date), their new rows
+added, and both sides go to the corrections log, all without touching other users.
 
 Each session carries `stitched_user_id` (SPEC §3c): the run first brings `user_identities` up to
 date (a no-op when the events run did) and relabels the sessions, on any date, of the anonymous
@@ -170,10 +171,12 @@ def update_sessions(
     """Bring these sessions dates up to date with `events`, recomputing only what changed.
 
     The recipe: log what a killed run left unlogged and bring identities up to date; plan which
-    dates are recomputed whole and which (user, date) pairs elsewhere (`_plan`); read those
-    users' events (`_read_events`); recompute and stitch their sessions; commit the pairs whose
-    rows differ with their corrections (`_commit_sessions`) and the quarantine
-    (`_commit_quarantine`); record what each date has absorbed.
+    dates are recomputed whole and which (user, date) pairs elsewhere (`_plan`); read the old
+    rows of those pairs (`_old_rows`) and tell the pairs whose added events join no old chain
+    (`_additions`); read the other pairs' users' events (`_read_events`); recompute those,
+    update the isolated ones from their old rows and added events, and stitch them all;
+    commit the pairs whose rows differ with their corrections (`_commit_sessions`) and the
+    quarantine (`_commit_quarantine`); record what each date has absorbed.
     """
     dates = sorted(set(session_dates))
     report = SessionsReport(requested=dates)
@@ -200,40 +203,24 @@ def update_sessions(
         whole_window = event_window(plan.scope.whole, settings)
         whole_rows = sum(store.row_counts(EVENTS, partitions=whole_window).values())
         keep = _kept_at(whole_rows)
-        # The sessions files that can hold the touched pairs' old rows, from the log's per-file
-        # user ranges: a few files of each old date instead of all of them.
-        by_date = plan.scope.listed
-        files = (
-            None
-            if by_date is None
-            else store.files_with_values(
-                SESSIONS, column="user_id", values=by_date, whole=plan.scope.whole
-            )
-        )
-        # The old rows of the scope, each with its file: compared with the new ones, and
-        # what isolated users' sessions are updated from.
-        old = (
-            None
-            if files is None
-            else plan.scope.within(store.read_files(SESSIONS, files, with_file=True)).persist(keep)
-        )
-        if old is not None:
-            frames.append(old)
-        additions = _additions(store, spark, plan, old=old, settings=settings)
-        report.users_from_additions = 0 if additions is None else len(additions.users)
-        report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
-        events = _read_events(
-            store,
-            plan,
-            settings=settings,
-            report=report,
-            frames=frames,
-            keep=keep,
-            skipped=set() if additions is None else additions.pairs,
-        )
         # Spark plans a kept frame when it is kept, and an action when it runs: all of them
         # from here on have shuffles sized for the run.
         with shuffle_partitions_for(spark, rows=whole_rows):
+            files, old = _old_rows(store, plan, keep=keep)
+            if old is not None:
+                frames.append(old)
+            additions = _additions(store, spark, plan, old=old, settings=settings)
+            report.users_from_additions = 0 if additions is None else len(additions.users)
+            report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
+            events = _read_events(
+                store,
+                plan,
+                settings=settings,
+                report=report,
+                frames=frames,
+                keep=keep,
+                skipped=set() if additions is None else additions.pairs,
+            )
             built = sessions_with_quarantine(
                 events,
                 gap=settings.session_gap,
@@ -408,6 +395,23 @@ def _read_events(
         events = events.persist(keep)
         frames.append(events)
     return events
+
+
+def _old_rows(
+    store: DeltaStore, plan: _Plan, *, keep: StorageLevel
+) -> tuple[list[str] | None, DataFrame | None]:
+    """The sessions files that can hold the touched pairs' old rows (from the log's per-file
+    user ranges: a few files of each old date instead of all of them), and the old rows of
+    the scope in them, each with its file, kept at `keep`: compared with the new rows, and
+    what the isolated pairs' sessions are updated from. Both None when the pairs are too many
+    to list (their dates are then read whole for the diff)."""
+    if plan.scope.listed is None:
+        return None, None
+    files = store.files_with_values(
+        SESSIONS, column="user_id", values=plan.scope.listed, whole=plan.scope.whole
+    )
+    old = plan.scope.within(store.read_files(SESSIONS, files, with_file=True)).persist(keep)
+    return files, old
 
 
 def _additions(
