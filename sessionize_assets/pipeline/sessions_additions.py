@@ -17,8 +17,7 @@ the touched pairs, the added events from the few files the batch added.
 
 A user's changed rows fall into *clusters*: rows whose event dates are at most
 `cluster_days` apart, so that no session date is decided by two clusters and no chain spans
-two. The pairs
-a cluster touches are updated this way (the cluster is *isolated*) when
+two. The pairs a cluster touches are updated this way (the cluster is *isolated*) when
 1. no file removed since the dates' absorbed versions holds a row of the user (nothing
    displaced, recomputed or erased: only additions);
 2. each of its rows is added for every session date it decides (`partitions.session_dates_for`:
@@ -45,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
@@ -55,7 +55,7 @@ from sessionize_assets.partitions import (
     session_lookback_days,
 )
 from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, isin_texts, pair_filter
-from sessionize_assets.pipeline.touched import ChangedEvents
+from sessionize_assets.pipeline.touched import ChangedEvents, micros_of
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.sessions import (
     QUARANTINE_DETAIL,
@@ -202,8 +202,8 @@ def isolated_pairs(
     chains: dict[str, list[tuple[int, int]]] = {}
     for user, start, end in zip(
         quarantined.column("user_id").to_pylist(),
-        _micros(quarantined.column("session_start")),
-        _micros(quarantined.column("chain_end")),
+        micros_of(quarantined.column("session_start")),
+        micros_of(quarantined.column("chain_end")),
         strict=True,
     ):
         chains.setdefault(user, []).append((start - gap, end + gap))
@@ -302,19 +302,6 @@ def _quarantine_of(store: DeltaStore, users: Collection[str]) -> pa.Table:
         "excluded_events",
     ]
     if not users or not store.exists(SESSION_QUARANTINE):
-        return pa.table(
-            {
-                "session_id": pa.array([], pa.string()),
-                "user_id": pa.array([], pa.string()),
-                "session_start": pa.array([], pa.timestamp("us", tz="UTC")),
-                "capped_at": pa.array([], pa.timestamp("us", tz="UTC")),
-                "chain_end": pa.array([], pa.timestamp("us", tz="UTC")),
-                "excluded_events": pa.array([], pa.int64()),
-            }
-        )
+        return to_arrow_schema(SESSION_QUARANTINE.schema).empty_table().select(columns)
     rows = store.read_arrow(SESSION_QUARANTINE, columns=columns)
     return rows.filter(pc.is_in(rows.column("user_id"), pa.array(sorted(users), pa.string())))
-
-
-def _micros(column: pa.ChunkedArray) -> list[int]:
-    return pc.cast(column, pa.timestamp("us")).cast(pa.int64()).to_pylist()

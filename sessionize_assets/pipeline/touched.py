@@ -143,11 +143,11 @@ def _touched_on_driver(
     rows = store.read_files_arrow(EVENTS, latest, columns=columns, with_file=True)
     found: dict[date, set[str]] = {}
     changed = ChangedEvents(versions={path: v for path, v in latest.items() if path not in removed})
-    micros = pc.cast(rows.column("event_ts"), pa.timestamp("us")).cast(pa.int64())
+    micros = micros_of(rows.column("event_ts"))
     for user, event_date, event_ts, path in zip(
         rows.column("user_id").to_pylist(),
         rows.column("event_date").to_pylist(),
-        micros.to_pylist(),
+        micros,
         rows.column(FILE_COLUMN).to_pylist(),
         strict=True,
     ):
@@ -195,3 +195,8 @@ def _lookup(column: Column, groups: dict[int, list]) -> Column:
         test = isin_texts(column, values)
         found = F.when(test, F.lit(number)) if found is None else found.when(test, F.lit(number))
     return found if found is not None else F.lit(None).cast("long")
+
+
+def micros_of(timestamps: pa.ChunkedArray) -> list[int]:
+    """Arrow timestamps as microseconds since the epoch (UTC)."""
+    return pc.cast(timestamps, pa.timestamp("us")).cast(pa.int64()).to_pylist()
