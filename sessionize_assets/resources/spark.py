@@ -37,6 +37,8 @@ DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # The executors' JVM options (the same, less the archive).
 EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
+# Whether PySpark records the Python call site of each column function (`DEFAULT_CONF`).
+PYTHON_CALL_SITES = "spark.python.sql.dataFrameDebugging.enabled"
 # Every Spark JVM's options. Event dates are UTC dates. Java 17's G1 fails an allocation with
 # "Java heap space" after waiting twice for threads in JNI critical regions (Parquet's native
 # compression codecs) to leave them, however much of the heap a collection would free
@@ -59,6 +61,13 @@ DEFAULT_CONF = {
     SHUFFLE_PARTITIONS: "8",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
+    # PySpark 4 tags every column function it calls with the Python call site, for the
+    # "DataFrame query context" of an error: four round trips into the JVM and a walk of the
+    # Python stack per call. `F.col("a") + F.lit(1)` took 27 round trips and 4.5 ms with it,
+    # 7 and 2.5 ms without; the steps build their plans from thousands of such calls, run
+    # after run. An error still names the failing expression and Spark's own context, and
+    # the step's own message says which partitions it was on (docs/spark.md).
+    PYTHON_CALL_SITES: "false",
     # Spark compiles each query's generated code, and keeps the classes by their source text;
     # its default of 100 holds less than one sessions run's ~150, so a run recompiled the
     # same code (about 10 ms a class) and a process running batch after batch recompiled

@@ -10,6 +10,7 @@ from sessionize_assets.resources.spark import (
     DRIVER_OPTIONS,
     EXECUTOR_OPTIONS,
     JVM_OPTIONS,
+    PYTHON_CALL_SITES,
     SHUFFLE_PARTITION_ROWS,
     SHUFFLE_PARTITIONS,
     WINDOW_ROWS_IN_MEMORY,
@@ -61,6 +62,27 @@ def test_a_busy_users_window_stays_in_its_plain_buffer(spark_resource):
     threshold = "spark.sql.windowExec.buffer.in.memory.threshold"
     assert spark_resource.session().conf.get(threshold) == str(WINDOW_ROWS_IN_MEMORY)
     assert server_conf(Settings())[threshold] == str(WINDOW_ROWS_IN_MEMORY)
+
+
+def test_column_functions_cost_no_round_trips_for_their_python_call_sites(spark, monkeypatch):
+    """PySpark 4 sends each column function's Python call site into the JVM (four round trips
+    a call): sessionize's sessions, the server's included, do not ask for it. Counted on the
+    tests' session, after a first call has looked the functions up: 7 round trips, 27 with
+    the call sites."""
+    from py4j.java_gateway import GatewayClient
+    from pyspark.sql import functions as F
+
+    F.col("a") + F.lit(1)
+    sent: list[str] = []
+    send = GatewayClient.send_command
+    monkeypatch.setattr(
+        GatewayClient, "send_command", lambda self, *a, **k: sent.append("") or send(self, *a, **k)
+    )
+    F.col("a") + F.lit(1)
+    monkeypatch.undo()
+    assert len(sent) <= 10, len(sent)
+    assert spark.conf.get(PYTHON_CALL_SITES) == "false"
+    assert server_conf(Settings())[PYTHON_CALL_SITES] == "false"
 
 
 def test_a_large_run_shuffles_into_partitions_sized_for_its_rows(spark):
