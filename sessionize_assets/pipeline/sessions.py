@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.parquet_files import files_named
-from sessionize_assets.lake.store import DeltaStore, TableSpec
+from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec, partition_string
 from sessionize_assets.lake.tables import (
     EVENTS,
     SESSION_QUARANTINE,
@@ -200,8 +200,10 @@ def update_sessions(
     report.pairs_recomputed = plan.scope.pair_count
     frames: list[DataFrame] = [plan.scope.pairs]
     try:
-        whole_window = event_window(plan.scope.whole, settings)
-        whole_rows = sum(store.row_counts(EVENTS, partitions=whole_window).values())
+        # Events per date from the log's statistics, read once: the run's size, the additions'
+        # gate and the rows the lookup scanned.
+        event_rows = store.row_counts(EVENTS)
+        whole_rows = _events_on(event_rows, event_window(plan.scope.whole, settings))
         keep = _kept_at(whole_rows)
         # Spark plans a kept frame when it is kept, and an action when it runs: all of them
         # from here on have shuffles sized for the run.
@@ -209,7 +211,9 @@ def update_sessions(
             files, old = _old_rows(store, plan, keep=keep)
             if old is not None:
                 frames.append(old)
-            additions = _additions(store, spark, plan, old=old, settings=settings)
+            additions = _additions(
+                store, spark, plan, old=old, event_rows=event_rows, settings=settings
+            )
             report.users_from_additions = 0 if additions is None else len(additions.users)
             report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
             events = _read_events(
@@ -220,6 +224,7 @@ def update_sessions(
                 frames=frames,
                 keep=keep,
                 skipped=set() if additions is None else additions.pairs,
+                event_rows=event_rows,
             )
             built = sessions_with_quarantine(
                 events,
@@ -355,11 +360,13 @@ def _read_events(
     frames: list[DataFrame],
     keep: StorageLevel,
     skipped: set[tuple[date, str]],
+    event_rows: Mapping[str, int],
 ) -> DataFrame:
     """Every user's events around whole dates; elsewhere each touched pair's user's events in
     that pair's window, found by user (Parquet skips the other users' row groups), but for the
     `skipped` pairs (updated from their additions). With a few pairs on the driver, so are the
-    users of each event date. Persisted frames (at `keep`) go to `frames`."""
+    users of each event date. Persisted frames (at `keep`) go to `frames`; `event_rows` are
+    the events per date (`DeltaStore.row_counts`)."""
     whole, by_date = plan.scope.whole, plan.scope.listed
     columns = list(SESSION_EVENT_COLUMNS)
     whole_window = event_window(whole, settings)
@@ -386,8 +393,7 @@ def _read_events(
     lookup = read_by_keys(store, EVENTS, wanted=wanted, key="user_id", columns=columns)
     report.dates_searched_by_user = len(lookup.searched)
     report.users_looked_up = lookup.keys_pushed
-    rows = store.row_counts(EVENTS, partitions=[*whole_window, *lookup.scanned])
-    report.events_rows_scanned = sum(rows.values())
+    report.events_rows_scanned = _events_on(event_rows, [*whole_window, *lookup.scanned])
     events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
     if plan.scope.pair_count:
         # Found by user: kept, so the summary's count does not run the lookup again. Whole
@@ -420,25 +426,27 @@ def _additions(
     plan: _Plan,
     *,
     old: DataFrame | None,
+    event_rows: Mapping[str, int],
     settings: Settings,
 ) -> Additions | None:
     """The touched pairs whose sessions are updated from their old rows and their added
     events (pipeline/sessions_additions.py); None for none, or when the dates only they
     would read hold fewer than ADDITIONS_MIN_EVENTS_SKIPPED events."""
-    if old is None:
+    listed = plan.scope.listed
+    if old is None or listed is None:  # both or neither (`_old_rows`)
         return None
-    found = candidates(
-        plan.changed, listed=plan.scope.listed, absorbed=plan.absorbed, settings=settings
-    )
-    if not found.times or plan.scope.listed is None:
+    found = candidates(plan.changed, listed=listed, absorbed=plan.absorbed, settings=settings)
+    if not found.times:
         return None
-    skippable = found.skippable(plan.scope.listed, settings) - set(
-        event_window(plan.scope.whole, settings)
-    )
-    skipped_rows = sum(store.row_counts(EVENTS, partitions=sorted(skippable)).values())
-    if skipped_rows < sessions_additions.ADDITIONS_MIN_EVENTS_SKIPPED:
+    skippable = found.skippable(listed, settings) - set(event_window(plan.scope.whole, settings))
+    if _events_on(event_rows, skippable) < sessions_additions.ADDITIONS_MIN_EVENTS_SKIPPED:
         return None
     return isolated_pairs(store, spark, found=found, old=old, settings=settings)
+
+
+def _events_on(event_rows: Mapping[str, int], dates: Iterable[PartitionValue]) -> int:
+    """The events on these dates, from the rows per date `DeltaStore.row_counts` gives."""
+    return sum(event_rows.get(day, 0) for day in {partition_string(value) for value in dates})
 
 
 def _kept_at(whole_rows: int) -> StorageLevel:

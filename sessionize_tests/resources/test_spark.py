@@ -3,8 +3,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
+from py4j.java_gateway import GatewayClient
+from pyspark.sql import functions as F
 
 from sessionize_assets.resources.spark import (
     DRIVER_OPTIONS,
@@ -69,18 +72,18 @@ def test_column_functions_cost_no_round_trips_for_their_python_call_sites(spark,
     a call): sessionize's sessions, the server's included, do not ask for it. Counted on the
     tests' session, after a first call has looked the functions up: 7 round trips, 27 with
     the call sites."""
-    from py4j.java_gateway import GatewayClient
-    from pyspark.sql import functions as F
-
     F.col("a") + F.lit(1)
-    sent: list[str] = []
+    sent = Counter[str]()
     send = GatewayClient.send_command
-    monkeypatch.setattr(
-        GatewayClient, "send_command", lambda self, *a, **k: sent.append("") or send(self, *a, **k)
-    )
+
+    def counted(client: GatewayClient, *args, **kwargs):
+        sent["round trip"] += 1
+        return send(client, *args, **kwargs)
+
+    monkeypatch.setattr(GatewayClient, "send_command", counted)
     F.col("a") + F.lit(1)
     monkeypatch.undo()
-    assert len(sent) <= 10, len(sent)
+    assert sent["round trip"] <= 10, sent
     assert spark.conf.get(PYTHON_CALL_SITES) == "false"
     assert server_conf(Settings())[PYTHON_CALL_SITES] == "false"
 
