@@ -1,5 +1,10 @@
-"""kill -9 at commits chosen by seed, then `sessionize replay` again: every table must be as an
+"""kill -9 at commits chosen by seed, then a replay again: every table must be as an
 uninterrupted replay leaves it (`fault_runner.py` is the injector).
+
+The killed replays are `sessionize replay` processes (the JVM dies with them); the replay a user
+runs next is `replay()`, what that command runs, in the tests' process on the same lake and
+Dagster home: its warm Spark session spares a process's start and the JVM's warm-up (about a
+third of a trial).
 
 SESSIONIZE_FAULT_TRIALS (default 4) and SESSIONIZE_FAULT_SEED choose how many kills and where.
 """
@@ -15,10 +20,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from dagster import DagsterInstance
 from deltalake import DeltaTable
 
 from sessionize_assets.definitions import build_definitions
 from sessionize_assets.generator import ZoneSpec, generate_landing_zone
+from sessionize_assets.replay.command import replay
 from sessionize_tests.conftest import PROJECT, killed_at_commit, make_settings
 from sessionize_tests.fault_runner import COMMITS_LINE
 
@@ -42,7 +49,8 @@ _VOLATILE = {"run_id", "changed_at", "commit_version"}
 def _replay(
     root: Path, zone: Path, *, at: int, when: str = "before", backend: str = "embedded"
 ) -> str:
-    """Replay `zone` into the lake under `root`, killed at commit `at` (0: not killed)."""
+    """Replay `zone` into the lake under `root` in a `sessionize replay` process, killed at
+    commit `at` (0: not killed)."""
     settings = make_settings(root, landing_dir=zone, lake_backend=backend)
     home = root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
@@ -53,6 +61,15 @@ def _replay(
     else:
         assert done.returncode == -9, f"not killed at commit {at}: {done.stdout[-2000:]}"
     return done.stdout
+
+
+def _replay_again(root: Path, zone: Path, *, backend: str = "embedded") -> None:
+    """What a user runs after the crash: a replay of `zone` on the killed one's lake and
+    Dagster home, in this process (on the tests' Spark session: the callers ask for `spark`)."""
+    settings = make_settings(root, landing_dir=zone, lake_backend=backend)
+    with DagsterInstance.from_config(str(root / "dagster_home")) as instance:
+        summary = replay(settings=settings, instance=instance, echo=lambda _: None)
+    assert summary.ok
 
 
 def _content(lake: Path) -> dict[str, Counter]:
@@ -84,13 +101,13 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_a_kill_at_any_commit_then_replay_leaves_the_uninterrupted_tables(
-    uninterrupted, tmp_path, trial
+    uninterrupted, spark, tmp_path, trial
 ):
     zone, expected, commits = uninterrupted
     rng = random.Random(f"{SEED}:{trial}")
     at, when = rng.randint(1, commits), rng.choice(("before", "after"))
     _replay(tmp_path, zone, at=at, when=when)
-    _replay(tmp_path, zone, at=0)  # what a user runs next
+    _replay_again(tmp_path, zone)
     got = _content(tmp_path / "lake")
     differences = {
         name: (expected[name] - got[name]) + (got[name] - expected[name])
@@ -104,7 +121,7 @@ def test_a_kill_at_any_commit_then_replay_leaves_the_uninterrupted_tables(
 
 
 def test_a_kill_on_the_delta_spark_backend_then_replay_leaves_the_uninterrupted_tables(
-    uninterrupted, tmp_path
+    uninterrupted, spark, tmp_path
 ):
     """SESSIONIZE_LAKE_BACKEND=delta-spark, killed at one commit (Delta Spark's or
     delta-rs's) and replayed: its tables equal the embedded backend's uninterrupted ones."""
@@ -114,7 +131,7 @@ def test_a_kill_on_the_delta_spark_backend_then_replay_leaves_the_uninterrupted_
     # each table in a commit of its own): a kill at one of the first `commits` always lands.
     at, when = rng.randint(1, commits), rng.choice(("before", "after"))
     _replay(tmp_path, zone, at=at, when=when, backend="delta-spark")
-    _replay(tmp_path, zone, at=0, backend="delta-spark")
+    _replay_again(tmp_path, zone, backend="delta-spark")
     got = _content(tmp_path / "lake")
     differences = {name for name in TABLES if got[name] != expected[name]}
     print(f"delta-spark: killed {when} commit {at}; {len(differences)} tables differ")
