@@ -23,6 +23,7 @@ from sessionize_assets.lake.tables import EVENTS
 from sessionize_assets.partitions import (
     days_around,
     event_window,
+    session_dates_for,
     session_lookahead_days,
     session_lookback_days,
 )
@@ -89,13 +90,24 @@ def touched_pairs(
     latest: dict[str, int] = {}
     sizes: dict[str, int | None] = {}
     removed: set[str] = set()
+    event_dates: dict[str, date] = {}
     for change in changes:
         if change.partition in window:
             latest[change.path] = max(latest.get(change.path, -1), change.version)
+            event_dates[change.path] = date.fromisoformat(change.partition)
             if sizes.get(change.path) is None:
                 sizes[change.path] = change.size
             if not change.added:
                 removed.add(change.path)
+    # A file whose last change every session date its event date decides has absorbed touches
+    # no pair: it is not read. The changes are read from the oldest absorbed version, so one
+    # date left behind (say, the day after a rebuild's last event date) would otherwise have
+    # the run read every file changed since (that rebuild's rewrite of the whole history).
+    for path in [
+        p for p, v in latest.items() if _absorbed_by_all(event_dates[p], v, absorbed, settings)
+    ]:
+        del latest[path], sizes[path]
+        removed.discard(path)
     if not latest:
         return TouchedPairs.none(spark)
     known = [size for size in sizes.values() if size is not None]
@@ -160,6 +172,18 @@ def _touched_on_driver(
         else:
             changed.added.setdefault(user, []).append((event_date, event_ts, path))
     return {day: sorted(users) for day, users in sorted(found.items())}, changed
+
+
+def _absorbed_by_all(
+    event_date: date, version: int, absorbed: dict[date, int], settings: Settings
+) -> bool:
+    """Whether every session date `event_date` decides absorbed `version` or a later one: a
+    file of that date last changed at `version` touches none of their pairs (nor do the rows
+    of a file removed then: every session that could hold them was computed after)."""
+    return all(
+        day in absorbed and absorbed[day] >= version
+        for day in session_dates_for([event_date], settings)
+    )
 
 
 def _session_dates_of(event_date: date, settings: Settings) -> set[date]:
