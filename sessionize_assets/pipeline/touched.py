@@ -21,7 +21,6 @@ from sessionize_assets.lake.parquet_files import FILE_COLUMN
 from sessionize_assets.lake.store import DeltaStore, empty_frame
 from sessionize_assets.lake.tables import EVENTS
 from sessionize_assets.partitions import (
-    days_around,
     event_window,
     session_dates_for,
     session_lookahead_days,
@@ -156,6 +155,7 @@ def _touched_on_driver(
     found: dict[date, set[str]] = {}
     changed = ChangedEvents(versions={path: v for path, v in latest.items() if path not in removed})
     micros = micros_of(rows.column("event_ts"))
+    decided: dict[date, list[date]] = {}  # the session dates of each event date
     for user, event_date, event_ts, path in zip(
         rows.column("user_id").to_pylist(),
         rows.column("event_date").to_pylist(),
@@ -164,7 +164,9 @@ def _touched_on_driver(
         strict=True,
     ):
         version = latest[path]
-        for session_date in _session_dates_of(event_date, settings):
+        if event_date not in decided:
+            decided[event_date] = session_dates_for([event_date], settings)
+        for session_date in decided[event_date]:
             if absorbed.get(session_date, version) < version:
                 found.setdefault(session_date, set()).add(user)
         if path in removed:
@@ -183,15 +185,6 @@ def _absorbed_by_all(
     return all(
         day in absorbed and absorbed[day] >= version
         for day in session_dates_for([event_date], settings)
-    )
-
-
-def _session_dates_of(event_date: date, settings: Settings) -> set[date]:
-    """The session dates an event date decides: `_session_dates`, on the driver."""
-    return days_around(
-        [event_date],
-        before=session_lookahead_days(settings),
-        after=session_lookback_days(settings),
     )
 
 
