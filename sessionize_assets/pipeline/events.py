@@ -20,7 +20,8 @@ neither table is left to the run that absorbs its input. A date whose inputs are
 is compared row for row (a re-delivered copy can keep its id and change its content). A date
 outside the request that a displacement or a promotion changed keeps the inputs it absorbed,
 recorded at the new `events` version so its sessions follow (`EventsReport.also_changed`).
-`full_refresh` replaces every requested date with its winners: the rebuild path.
+`full_refresh` recomputes every requested date from raw, and replaces those whose winners
+differ from what `events` holds (`lake/fingerprints.py`): the rebuild path.
 
 Rejections are committed first, then `events`, whose commit names the inputs it absorbed, then
 the manifest. A run killed before its manifest commit is recorded from the `events` log by the
@@ -63,6 +64,7 @@ from sessionize_assets.pipeline.manifests import (
     record_absorbed,
     record_unrecorded,
 )
+from sessionize_assets.resources.spark import shuffle_partitions_for
 from sessionize_assets.transforms.validation import DEDUP
 
 
@@ -118,53 +120,32 @@ def update_events(
     if work is None:
         return report
     index_missing_batches(store, run_id=run_id)
-    # Not persisted: each use reads only the columns and rows it needs from the raw files (a
-    # backlog's raw lines held in the driver's heap did not fit its defaults).
-    own = read_raw(store, {**work.new_inputs, **work.all_inputs})
-    if full_refresh:
-        change = replace_dates(
-            store,
-            own,
-            dates=work.recompute,
-            involved=work.involved,
-            every_copy=work.whole_history,
-        )
-    else:
-        # The recomputed dates' ids are settled too: counted from the log, only when there
-        # are some (a daily batch's run loads no `events` log for it).
-        recomputed = store.row_counts(EVENTS, partitions=work.recompute) if work.recompute else {}
-        change = settle(
-            store,
-            spark,
-            own,
-            recompute=work.recompute,
-            involved=work.involved,
-            new_rows=indexed_rows(store, work.new_inputs),
-            held_rows=work.raw_rows + sum(recomputed.values()),
-        )
-    also_changed = sorted(change.dates_touched - set(dates))
-    manifest = {d: work.available[d] for d in (*work.incremental, *work.recompute)}
-    # A date outside the request keeps the inputs it absorbed, now held by this version.
-    manifest |= absorbed_inputs(store, partitions=also_changed)
-    tags = {"dagster_run_id": run_id}
-    try:
-        _commit_rejections(
-            store,
-            spark,
-            change,
-            tags={**tags, "table": REJECTED_EVENTS.name},
-            read_version=read_at[REJECTED_EVENTS],
-        )
-        commit = _commit_events(
-            store,
-            spark,
-            change,
-            dates=work.recompute,
-            tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
-            read_version=read_at[EVENTS],
-        )
-    finally:
-        change.release()
+    # Shuffles sized for the run's raw rows: a rebuild's winners over 20 M copies, in the
+    # local session's two shuffle partitions, spilled 856 MB.
+    with shuffle_partitions_for(spark, rows=work.raw_rows):
+        change = _change(store, spark, work, full_refresh=full_refresh)
+        also_changed = sorted(change.dates_touched - set(dates))
+        manifest = {d: work.available[d] for d in (*work.incremental, *work.recompute)}
+        # A date outside the request keeps the inputs it absorbed, now held by this version.
+        manifest |= absorbed_inputs(store, partitions=also_changed)
+        tags = {"dagster_run_id": run_id}
+        try:
+            _commit_rejections(
+                store,
+                spark,
+                change,
+                tags={**tags, "table": REJECTED_EVENTS.name},
+                read_version=read_at[REJECTED_EVENTS],
+            )
+            commit = _commit_events(
+                store,
+                spark,
+                change,
+                tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
+                read_version=read_at[EVENTS],
+            )
+        finally:
+            change.release()
     record_absorbed(
         store,
         absorbed=manifest,
@@ -222,6 +203,35 @@ def _plan(
         involved=sorted({r for d in recompute for _, r in (*available[d], *absorbed[d])}),
         raw_rows=indexed_rows(store, [*new_inputs, *all_inputs]),
         whole_history=full_refresh and set(dates) >= indexed_event_dates(store),
+    )
+
+
+def _change(
+    store: DeltaStore, spark: SparkSession, work: _Work, *, full_refresh: bool
+) -> EventsChange:
+    """The run's change: its inputs' copies read from raw (not persisted: each use reads only
+    the columns and rows it needs; a backlog's raw lines held in the driver's heap did not fit
+    its defaults), settled against every copy of their ids."""
+    own = read_raw(store, {**work.new_inputs, **work.all_inputs})
+    if full_refresh:
+        return replace_dates(
+            store,
+            own,
+            dates=work.recompute,
+            involved=work.involved,
+            every_copy=work.whole_history,
+        )
+    # The recomputed dates' ids are settled too: counted from the log, only when there are
+    # some (a daily batch's run loads no `events` log for it).
+    recomputed = store.row_counts(EVENTS, partitions=work.recompute) if work.recompute else {}
+    return settle(
+        store,
+        spark,
+        own,
+        recompute=work.recompute,
+        involved=work.involved,
+        new_rows=indexed_rows(store, work.new_inputs),
+        held_rows=work.raw_rows + sum(recomputed.values()),
     )
 
 
@@ -292,15 +302,14 @@ def _commit_events(
     spark: SparkSession,
     change: EventsChange,
     *,
-    dates: list[date],
     tags: dict[str, str],
     read_version: int | None,
 ) -> CommitInfo:
-    if change.replace:
+    if change.replaced is not None:
         return store.replace_partitions(
             EVENTS,
             change.events_add,
-            partitions=dates,
+            partitions=change.replaced,
             commit_metadata=tags,
             read_version=read_version,
         )

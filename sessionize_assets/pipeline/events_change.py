@@ -14,6 +14,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sessionize_assets.lake.fingerprints import partitions_differing
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS, RAW_EVENTS, REJECTED_EVENTS
 from sessionize_assets.pipeline.event_ids import (
@@ -97,7 +98,8 @@ class EventsChange:
     rejections_drop: list[Copy]  # duplicate rejections to remove, by copy
     # Duplicate rejections removed whole: (batches, event dates) of the recomputed dates.
     rejections_replaced: tuple[list[date], list[date]] | None = None
-    replace: bool = False  # `full_refresh`: the requested dates become `events_add` whole
+    # `full_refresh`: these dates become `events_add` whole (None: rows added and dropped).
+    replaced: list[date] | None = None
     dates_touched: set[date] = field(default_factory=set)  # known before the commit
     contested: int = 0
     added: int = 0
@@ -271,6 +273,8 @@ def replace_dates(
 ) -> EventsChange:
     """`full_refresh`: the requested dates hold exactly their winners, against every copy;
     the duplicate rejections of those dates in the `involved` batches are written again.
+    A date whose winners `events` holds already is not written (`partitions_differing`, one
+    job): a rebuild whose rules changed nothing writes no event.
 
     `every_copy`: `own` holds every copy of its ids (the dates are every date the
     received -> event index lists: a rebuild of the whole history). The winners are then
@@ -296,14 +300,24 @@ def replace_dates(
     persisted.append(losing)
     lost = losing.count()
     matched = F.broadcast(losing) if lost <= BROADCAST_LOSING_COPIES else losing
-    winners = own.join(matched, on=list(COPY_KEY), how="left_anti")
+    winners = own.join(matched, on=list(COPY_KEY), how="left_anti").select(
+        *EVENTS.schema.fieldNames()
+    )
+    # The dates whose winners `events` holds already are left as they are: a rebuild that
+    # changes nothing writes no event, and one that changes a few dates writes those.
+    replaced = partitions_differing(
+        winners,
+        store.read(EVENTS, partitions=dates) if store.exists(EVENTS) else None,
+        spec=EVENTS,
+        partitions=dates,
+    )
     return EventsChange(
-        events_add=winners.select(*EVENTS.schema.fieldNames()),
+        events_add=winners.where(F.col("event_date").isin(replaced)),
         events_drop=[],
         rejections_add=duplicate_rejections(own.join(matched, on=list(COPY_KEY), how="left_semi")),
         rejections_drop=[],
         rejections_replaced=(sorted({*involved, *index_batches}), dates),
-        replace=True,
+        replaced=replaced,
         dates_touched=set(dates),
         rejected=lost,
         persisted=persisted,

@@ -156,6 +156,30 @@ def test_a_rebuild_of_every_date_settles_the_copies_from_raw_alone(pipeline, spa
     assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
 
 
+def test_a_rebuild_writes_only_the_dates_whose_winners_differ(pipeline, spark):
+    _land_copies(pipeline)
+    pipeline.process(day(0))
+    pipeline.process(day(2))
+    store, dates = pipeline.store, [day(0), day(1)]
+    version = store.version(EVENTS)
+    run = update_events(store, spark, event_dates=dates, run_id="same", full_refresh=True)
+    # Recomputed, and equal to what the table holds: nothing is written.
+    assert run.recomputed == dates
+    assert (store.version(EVENTS), run.rows_written, run.files_added) == (version, 0, 0)
+
+    # A row of day 0 altered behind the pipeline's back: the rebuild restores that date alone.
+    kept = store.read(EVENTS, partitions=[day(0)]).collect()
+    altered = [r if r.event_id != "y" else r.asDict() | {"event_name": "tampered"} for r in kept]
+    store.replace_partitions(
+        EVENTS, spark.createDataFrame(altered, EVENTS.schema), partitions=[day(0)]
+    )
+    day1_files = store.live_files(EVENTS, partitions=[day(1)])
+    run = update_events(store, spark, event_dates=dates, run_id="restore", full_refresh=True)
+    assert run.files_removed == 1 and run.rows_written == 2  # day 0's x and y
+    assert store.live_files(EVENTS, partitions=[day(1)]) == day1_files
+    pipeline.assert_equals_full_recompute()
+
+
 def test_the_id_index_holds_one_row_per_copy(pipeline):
     _land_copies(pipeline)
     pipeline.process(day(0))
