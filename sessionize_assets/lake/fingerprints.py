@@ -22,17 +22,20 @@ crafted against `xxhash64`'s fixed seed from the rows the table already holds.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from datetime import date
+from typing import TypeVar
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StructType
 
-from sessionize_assets.lake.store import PartitionValue, TableSpec
+from sessionize_assets.lake.store import TableSpec
 
 # What the second hash's seed chain starts from (the first starts from xxhash64's own seed).
 _SECOND_SEED = "sessionize.fingerprint"
 _LOW_BITS = 0xFFFFFFFF
+# A partition value as the caller lists it and as its rows hold it (a date column: a date).
+Value = TypeVar("Value", date, str)
 # A partition's fingerprint: its rows, and the sums of each hash's high and low 32 bits.
 _SUMS = ("rows", "first_high", "first_low", "second_high", "second_low")
 
@@ -42,8 +45,8 @@ def partitions_differing(
     held: DataFrame | None,
     *,
     spec: TableSpec,
-    partitions: Collection[PartitionValue],
-) -> list[Any]:
+    partitions: Collection[Value],
+) -> list[Value]:
     """The values of `partitions` whose rows in `recomputed` differ from those in `held` (the
     table's rows of those partitions; None: a table not created yet), sorted. A partition
     with rows on one side only differs; one with none on either side does not. Both frames
@@ -55,14 +58,10 @@ def partitions_differing(
     if held is not None:
         sums = sums.unionByName(_fingerprints(held, spec=spec, side="held"))
     rows = sums.where(F.col(spec.partition_by).isin(wanted)).collect()
-    found: dict[str, dict[Any, tuple[int, ...]]] = {"recomputed": {}, "held": {}}
+    found: dict[str, dict[object, tuple[int, ...]]] = {"recomputed": {}, "held": {}}
     for row in rows:
         found[row["_side"]][row[spec.partition_by]] = tuple(row[name] for name in _SUMS)
-    return sorted(
-        value
-        for value in {*found["recomputed"], *found["held"]}
-        if found["recomputed"].get(value) != found["held"].get(value)
-    )
+    return [value for value in wanted if found["recomputed"].get(value) != found["held"].get(value)]
 
 
 def _fingerprints(rows: DataFrame, *, spec: TableSpec, side: str) -> DataFrame:
