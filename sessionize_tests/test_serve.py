@@ -338,7 +338,8 @@ def test_every_program_listens_on_loopback_alone(deployment):
     # The storage is the deployment's Postgres, and its password is nowhere in the repository.
     assert server.postgres_url.startswith("postgresql+psycopg2://sessionize:")
     password = server.postgres_url.split(":")[2].split("@")[0]
+    # `-e`: a generated password may begin with "-", which git would read as an option.
     tracked = subprocess.run(
-        ["git", "grep", "-l", "-F", password], cwd=PROJECT, capture_output=True, check=False
+        ["git", "grep", "-l", "-F", "-e", password], cwd=PROJECT, capture_output=True, check=False
     )
     assert tracked.returncode == 1, tracked.stdout
