@@ -90,6 +90,9 @@ def rebuild(
     events = flagged_partitions(result, EventDateMetadata, lambda m: m.recomputed)
     sessions = flagged_partitions(result, SessionDateMetadata, lambda m: m.recomputed)
     echo(f"recomputed {len(events)} event days and {len(sessions)} session days")
+    if not sessions_only:
+        replaced = flagged_partitions(result, EventDateMetadata, lambda m: m.replaced)
+        echo(f"events changed on {len(replaced)} days")
     changed = flagged_partitions(result, SessionDateMetadata, lambda m: m.changed)
     echo(f"sessions changed on {len(changed)} days")
     received = [date.fromisoformat(day) for day in store.row_counts(RAW_EVENTS)]

@@ -303,6 +303,7 @@ def test_rebuild_from_raw_changes_nothing(replayed, spark):
     assert waits and "run 1234 of sessions_job (sessions) (pid" in waits[0]
     days = (max(date.fromisoformat(d) for d in store.row_counts(EVENTS)) - START).days + 1
     assert f"recomputed {days} event days and {days} session days" in lines
+    assert "events changed on 0 days" in lines
     assert "sessions changed on 0 days" in lines
     assert store.read(SESSION_CHANGES).count() == logged
     assert_tables_equal_the_full_recompute(settings, spark)

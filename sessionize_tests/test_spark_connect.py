@@ -118,6 +118,7 @@ def test_a_rebuild_over_the_server_changes_nothing(served, spark):
     settings, env, root, _ = served
     output = run_sessionize("rebuild", env=env, cwd=root, timeout=TIMEOUT)
     assert re.search(r"^recomputed (\d+) event days and \1 session days$", output, re.M), output
+    assert "events changed on 0 days" in output.splitlines(), output
     assert "sessions changed on 0 days" in output.splitlines(), output
     assert_tables_equal_the_full_recompute(settings, spark)
 

@@ -77,11 +77,18 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
                     what = " (nothing new in this run)"
                 else:
                     what = " (a copy of one of its ids moved to or from another date in this run)"
+                if day in report.recomputed:
+                    what += (
+                        "; recomputed from raw and written again"
+                        if day in report.replaced
+                        else "; recomputed from raw: the table held these rows already"
+                    )
                 metadata = EventDateMetadata(
                     row_count=rows,
                     uri=store.uri(EVENTS),
                     updated=day in report.updated,
                     recomputed=day in report.recomputed,
+                    replaced=day in report.replaced,
                     copies_moved=day in report.also_changed,
                     events_added=rows - before.get(key, 0) if requested else None,
                     batches=report.batches_by_date.get(day, 0),

@@ -117,6 +117,9 @@ class EventDateMetadata(AssetRecord):
     uri: str = entry(key=URI_KEY, shown=Shown.PATH)
     updated: bool  # the run absorbed new batch inputs of it
     recomputed: bool  # from raw, every batch (`full_refresh`)
+    # Recomputed, and its rows differed from what the table held, so written again (a date
+    # recomputed to the rows it holds is left as it is).
+    replaced: bool
     copies_moved: bool  # a copy of one of its ids moved to or from another date
     events_added: int | None = entry(default=None)  # on the dates the run was asked for
     batches: int  # batches that hold events of it

@@ -73,6 +73,8 @@ class EventsReport:
     requested: list[date]
     updated: list[date] = field(default_factory=list)
     recomputed: list[date] = field(default_factory=list)
+    # Recomputed dates whose winners differed from what `events` held: written again.
+    replaced: list[date] = field(default_factory=list)
     # Dates outside the request whose rows this run changed: a copy displaced from them or
     # promoted into them, because of a copy of the same id on a requested date.
     also_changed: list[date] = field(default_factory=list)
@@ -241,6 +243,7 @@ def _report_run(
     """What the run brought up to date, read and wrote."""
     report.updated = sorted([*work.incremental, *work.recompute])
     report.recomputed = work.recompute
+    report.replaced = change.replaced or []
     report.absorbed_by_date = {
         d: len(work.available[d]) if d in work.recompute else len(work.plans[d].new)
         for d in report.updated
