@@ -102,8 +102,10 @@ def touched_pairs(
     # no pair: it is not read. The changes are read from the oldest absorbed version, so one
     # date left behind (say, the day after a rebuild's last event date) would otherwise have
     # the run read every file changed since (that rebuild's rewrite of the whole history).
+    # The session dates each changed event date decides, once per date.
+    decided = {day: session_dates_for([day], settings) for day in set(event_dates.values())}
     for path in [
-        p for p, v in latest.items() if _absorbed_by_all(event_dates[p], v, absorbed, settings)
+        p for p, v in latest.items() if _absorbed_by_all(decided[event_dates[p]], v, absorbed)
     ]:
         del latest[path], sizes[path]
         removed.discard(path)
@@ -111,7 +113,7 @@ def touched_pairs(
         return TouchedPairs.none(spark)
     known = [size for size in sizes.values() if size is not None]
     if len(known) == len(sizes) and sum(known) <= settings.driver_write_bytes:
-        listed, changed = _touched_on_driver(store, latest, removed, absorbed, settings)
+        listed, changed = _touched_on_driver(store, latest, removed, absorbed, decided)
         pairs = [(user, day) for day, users in listed.items() for user in users]
         return TouchedPairs(
             pairs=spark.createDataFrame(pairs, PAIRS_SCHEMA), listed=listed, changed=changed
@@ -145,17 +147,17 @@ def _touched_on_driver(
     latest: dict[str, int],
     removed: set[str],
     absorbed: dict[date, int],
-    settings: Settings,
+    decided: dict[date, list[date]],
 ) -> tuple[dict[date, list[str]], ChangedEvents]:
     """`touched_pairs` of a few changed files (`latest`: the commit that last changed each;
     `removed`: those a commit removed), read with Arrow: the users of each absorbed session
-    date that a newer commit changed, and what the files hold by user."""
+    date that a newer commit changed, and what the files hold by user. `decided`: the session
+    dates each of the files' event dates decides."""
     columns = ["user_id", "event_date", "event_ts"]
     rows = store.read_files_arrow(EVENTS, latest, columns=columns, with_file=True)
     found: dict[date, set[str]] = {}
     changed = ChangedEvents(versions={path: v for path, v in latest.items() if path not in removed})
     micros = micros_of(rows.column("event_ts"))
-    decided: dict[date, list[date]] = {}  # the session dates of each event date
     for user, event_date, event_ts, path in zip(
         rows.column("user_id").to_pylist(),
         rows.column("event_date").to_pylist(),
@@ -164,8 +166,6 @@ def _touched_on_driver(
         strict=True,
     ):
         version = latest[path]
-        if event_date not in decided:
-            decided[event_date] = session_dates_for([event_date], settings)
         for session_date in decided[event_date]:
             if absorbed.get(session_date, version) < version:
                 found.setdefault(session_date, set()).add(user)
@@ -176,16 +176,12 @@ def _touched_on_driver(
     return {day: sorted(users) for day, users in sorted(found.items())}, changed
 
 
-def _absorbed_by_all(
-    event_date: date, version: int, absorbed: dict[date, int], settings: Settings
-) -> bool:
-    """Whether every session date `event_date` decides absorbed `version` or a later one: a
-    file of that date last changed at `version` touches none of their pairs (nor do the rows
-    of a file removed then: every session that could hold them was computed after)."""
-    return all(
-        day in absorbed and absorbed[day] >= version
-        for day in session_dates_for([event_date], settings)
-    )
+def _absorbed_by_all(session_dates: list[date], version: int, absorbed: dict[date, int]) -> bool:
+    """Whether every one of `session_dates` (those a file's event date decides) absorbed
+    `version` or a later one: a file last changed at `version` touches none of their pairs
+    (nor do the rows of a file removed then: every session that could hold them was computed
+    after)."""
+    return all(day in absorbed and absorbed[day] >= version for day in session_dates)
 
 
 def _session_dates(event_date: Column, settings: Settings) -> Column:
