@@ -127,7 +127,11 @@ def update_events(
     with shuffle_partitions_for(spark, rows=work.raw_rows):
         change = _change(store, spark, work, full_refresh=full_refresh)
         also_changed = sorted(change.dates_touched - set(dates))
-        manifest = {d: work.available[d] for d in (*work.incremental, *work.recompute)}
+        manifest = {
+            d: work.available[d]
+            for d in (*work.incremental, *work.recompute)
+            if d not in _left_as_they_were(work, change)
+        }
         # A date outside the request keeps the inputs it absorbed, now held by this version.
         manifest |= absorbed_inputs(store, partitions=also_changed)
         tags = {"dagster_run_id": run_id}
@@ -235,6 +239,15 @@ def _change(
         new_rows=indexed_rows(store, work.new_inputs),
         held_rows=work.raw_rows + sum(recomputed.values()),
     )
+
+
+def _left_as_they_were(work: _Work, change: EventsChange) -> set[date]:
+    """The dates a full refresh recomputed and did not write (their winners are what `events`
+    holds) whose inputs are the ones the manifest records: their manifest rows say all there
+    is, and the `events` commit leaves them as they were."""
+    if change.replaced is None:
+        return set()
+    return {d for d in work.recompute if d not in change.replaced and not work.plans[d].pending}
 
 
 def _report_run(

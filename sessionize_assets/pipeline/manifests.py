@@ -208,10 +208,14 @@ def record_absorbed(
     by `events` at `events_version` (see `WriteConflictError` for `read_version`). The commit
     names the inputs the run `read` (`inputs_read`), up to READ_INPUTS_RECORDED of them.
 
-    An input a partition held already keeps the version it was absorbed at, unless the
-    partition lost or changed an input (it was recomputed whole): so each session date's
-    unabsorbed events can be counted (`session_date_loads`), and a partition's newest version
-    is still what it holds (`session_dates_behind`)."""
+    An input a partition held already keeps the version it was absorbed at when the partition
+    gains inputs and loses or changes none: so each session date's unabsorbed events can be
+    counted (`session_date_loads`), and a partition's newest version, its new inputs', is
+    still what it holds (`session_dates_behind`). A partition recorded with the inputs it
+    held was written at `events_version` all the same (a copy of one of its ids moved, or it
+    was recomputed and differed): every input is then at that version, so its sessions follow
+    it and `record_unrecorded` finds it recorded. A caller does not record a partition it left
+    as it was."""
     if not absorbed:
         return
     held_since = _held_since(store, absorbed)
@@ -255,8 +259,8 @@ def _held_since(
     store: DeltaStore, absorbed: Mapping[date, Inputs]
 ) -> dict[tuple[date, date, date], int]:
     """(partition, event date, received date) -> the events version that absorbed the input,
-    for the inputs the manifest records unchanged in the partitions of `absorbed` that only
-    gain inputs (`record_absorbed`)."""
+    for the inputs the manifest records unchanged in the partitions of `absorbed` that gain
+    inputs and lose or change none (`record_absorbed`)."""
     previous: dict[date, dict[InputKey, tuple[int, int | None]]] = {}
     for row in store.read_arrow(EVENTS_MANIFEST, partitions=sorted(absorbed)).to_pylist():
         previous.setdefault(row["partition_date"], {})[
@@ -267,6 +271,8 @@ def _held_since(
         before = previous.get(partition, {})
         if any(inputs.get(key) != ingest for key, (ingest, _) in before.items()):
             continue  # an input gone or changed: the partition was recomputed whole
+        if inputs.keys() == before.keys():
+            continue  # no input gained: the partition was written again as a whole
         for key, (_, version) in before.items():
             if version is not None:
                 since[(partition, *key)] = version

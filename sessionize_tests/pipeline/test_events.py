@@ -9,6 +9,7 @@ import pytest
 
 from sessionize_assets.lake.tables import EVENT_IDS, EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
 from sessionize_assets.pipeline.events import update_events
+from sessionize_assets.pipeline.manifests import record_unrecorded
 from sessionize_tests.driver import process_batch
 from sessionize_tests.harness import Killed, KilledBeforeCommitTo, Pipeline, day
 
@@ -30,6 +31,15 @@ def _events(pipeline: Pipeline) -> dict[str, tuple]:
 def _duplicates(pipeline: Pipeline) -> list[tuple]:
     rows = pipeline.store.read(REJECTED_EVENTS).where("reason = 'duplicate'").collect()
     return sorted((r.message_id, r.event_date, r.received_date, r.origin) for r in rows)
+
+
+def _newest_versions(pipeline: Pipeline) -> dict:
+    """Per events partition, the newest `events` version the manifest says holds it."""
+    newest: dict = {}
+    for row in pipeline.store.read_arrow(EVENTS_MANIFEST).to_pylist():
+        day_, version = row["partition_date"], row["events_version"]
+        newest[day_] = max(newest.get(day_, -1), version)
+    return newest
 
 
 def _land_copies(pipeline: Pipeline) -> None:
@@ -68,6 +78,11 @@ def test_the_winner_arriving_last_displaces_the_copy_on_another_date(pipeline):
     assert run.events.updated == [day(0)]
     assert run.events.also_changed == [day(1)]
     assert (run.events.displaced, run.events.duplicates) == (1, 1)
+    # Both dates are held by the run's version in the manifest: the sessions of day 1 are
+    # behind it, and the next run finds nothing left to record.
+    version = run.events.events_version
+    assert _newest_versions(pipeline) == {day(0): version, day(1): version}
+    assert record_unrecorded(pipeline.store, run_id="next") == []
     # The sessions of both dates follow: day 1's session lost x, day 0's gained it.
     assert ("u", f"{day(1)} 09:10:00", f"{day(1)} 09:10:00", 1, 1, False) in pipeline.sessions()
     pipeline.assert_equals_full_recompute()
@@ -173,6 +188,10 @@ def test_a_rebuild_of_every_date_settles_the_copies_from_raw_alone_and_writes_wh
     assert run.files_removed == 1 and run.rows_written == 2  # day 0's x and y
     assert sorted(store.read(EVENTS, partitions=[day(0)]).collect()) == sorted(held)
     assert store.live_files(EVENTS, partitions=[day(1)]) == day1_files
+    # The manifest says day 0 is held by the rebuild's version (its sessions follow it) and
+    # day 1 by the version that wrote it, and the next run finds nothing left to record.
+    assert _newest_versions(pipeline) == {day(0): run.events_version, day(1): version}
+    assert record_unrecorded(store, run_id="next") == []
 
 
 def test_the_id_index_holds_one_row_per_copy(pipeline):
