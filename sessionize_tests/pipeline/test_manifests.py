@@ -132,7 +132,7 @@ def test_a_session_date_weighs_the_events_of_its_date_it_has_not_absorbed():
     assert loads == {_day(1): 10 / 1_010, _day(2): 1_000 / 1_010}
 
 
-def test_an_input_keeps_the_version_that_absorbed_it_until_its_date_is_written_whole(store, settings):
+def test_an_input_keeps_its_version_until_its_date_is_written_whole(store, settings):
     def versions() -> dict[int, int]:
         rows = store.read_arrow(EVENTS_MANIFEST, partitions=[_day(0)]).to_pylist()
         return {(row["received_date"] - DAY).days: row["events_version"] for row in rows}
