@@ -57,6 +57,7 @@ from sessionize_assets.checks.scope import (
     frame_of,
     pairs_of,
     sessions_near,
+    sessions_near_on_driver,
     written,
 )
 from sessionize_assets.lake.store import DeltaStore
@@ -121,6 +122,13 @@ SESSIONS_CHECKS = {
 }
 
 
+# The sessions checks read the `SESSION_CHECK_COLUMNS` of a run's files, a small share of their
+# bytes (the attributes are most of them): they read them on the driver (`scope.changed_rows`,
+# `scope.sessions_near_on_driver`) for a run whose sessions and quarantine files hold up to
+# this many times `Settings.driver_write_bytes`. A full-size daily batch rewrote 57 MB of
+# sessions files (docs/benchmarks.md): read there in 1.6 s and about 400 MB of Arrow, where
+# Spark took two jobs and 20 s.
+SESSION_CHECK_BYTES_FACTOR = 4
 # The columns of the rows a small run added to `events` that its checks read on the driver:
 # the ids `unique_event_ids` looks up, the inputs `every_line_accounted` counts.
 ADDED_EVENT_COLUMNS = ["event_date", "event_id", "received_date"]
@@ -363,8 +371,9 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         # A small run's writes are read on the driver, and the keys the rules look up come
         # from them with no Spark job; a large run's are read by Spark.
         writes = (sessions_written, quarantine_written)
+        limit = SESSION_CHECK_BYTES_FACTOR * settings.driver_write_bytes
         on_driver = bool(sessions_written and sessions_written.added) and all(
-            write is None or write.within(settings.driver_write_bytes) for write in writes
+            write is None or write.within(limit) for write in writes
         )
         # The rows the run changed, as the rules see them (`SESSION_CHECK_COLUMNS`). A
         # rewritten file also holds the rows it copied over as they were (the file's other
@@ -440,7 +449,14 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                     listed = True
         near: DataFrame | None = None
         if on_driver and (checks_overlap or listed):
-            near = sessions_near(store, wanted_on_driver, before=reach, after=reach)
+            near = sessions_near_on_driver(
+                store,
+                step.spark,
+                wanted_on_driver,
+                before=reach,
+                after=reach,
+                columns=SESSION_CHECK_COLUMNS,
+            )
         elif wanted:
             near = sessions_near(
                 store, reduce(DataFrame.unionByName, wanted), before=reach, after=reach
