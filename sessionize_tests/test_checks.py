@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from sessionize_assets.checks import definitions
+from sessionize_assets.checks import definitions, scope
 from sessionize_assets.checks.rules import (
     duplicate_event_ids,
     malformed_sessions,
@@ -255,16 +255,26 @@ def _passed_in_run(job, *, run_id: str, first: date, last: date) -> bool:
 
 # A small run's writes are read on the driver, a large one's by Spark
 # (`Settings.driver_write_bytes`): the same checks, either way.
-PLACEMENTS = pytest.mark.parametrize("driver_write_bytes", [DEFAULT_DRIVER_WRITE_BYTES, 0])
+PLACEMENTS = pytest.mark.parametrize(
+    ("driver_write_bytes", "near_files_read_on_driver"),
+    [
+        (DEFAULT_DRIVER_WRITE_BYTES, scope.NEAR_FILES_READ_ON_DRIVER),
+        (DEFAULT_DRIVER_WRITE_BYTES, 0),
+        (0, scope.NEAR_FILES_READ_ON_DRIVER),
+    ],
+    ids=["on-the-driver", "near-sessions-on-the-driver", "by-spark"],
+)
 
 
 @PLACEMENTS
 def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(
-    spark, settings, store, driver_write_bytes
+    spark, settings, store, driver_write_bytes, near_files_read_on_driver, monkeypatch
 ):
     """In a materialization run each check reads the rows the run wrote and their neighbours
     (found by key), so a violation the run made fails it, and one elsewhere is not read."""
     from dagster import instance_for_test
+
+    monkeypatch.setattr(scope, "NEAR_FILES_READ_ON_DRIVER", near_files_read_on_driver)
 
     from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
     from sessionize_assets.partitions import RANGE_END, RANGE_START

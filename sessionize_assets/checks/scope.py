@@ -40,6 +40,13 @@ from sessionize_assets.pipeline.keyed_reads import (
 
 # A run commits to a table a few times, so its commits are among the table's latest ones.
 RECENT_COMMITS = 50
+# A run checked on the driver has the sessions near its changed pairs read there with Arrow
+# past this many files (`sessions_near_on_driver`). The files hold every user of their range:
+# at the full size a daily batch's 8,155 changed pairs chose 2,891 files (627,511 sessions)
+# for a tenth of their rows, which the rules' job read twice (two rules read them) at a few
+# ms a file. A small batch's few files cost less read by that job than handed to Spark from
+# the driver (0.3-0.6 s more a batch, at `7b7ebc5`).
+NEAR_FILES_READ_ON_DRIVER = 200
 # Up to this many (date, key) pairs of written rows come to the driver to choose, from the
 # log's statistics, the files that can hold the rows they conflict with; a run that wrote more
 # (a range run, a rebuild) has its checks read the written dates whole instead.
@@ -130,7 +137,11 @@ def sessions_near(
     near = _around(by_date, before=before, after=after)
     if near is None:
         return None
-    rows = store.read_files(SESSIONS, _files_near(store, near))
+    return _near_rows(store.read_files(SESSIONS, _files_near(store, near)), near)
+
+
+def _near_rows(rows: DataFrame, near: Mapping[date, set[str]]) -> DataFrame:
+    """The rows of the users of each date of `near` among `rows` (read by Spark)."""
     if sum(map(len, near.values())) > PUSHED_KEYS_TOTAL:
         # More pairs than a hash set in the query is built for (`pair_filter`; a range run's,
         # a backlog's: each text is built here and planned by Spark, about 40 us a pair): the
@@ -155,19 +166,19 @@ def sessions_near_on_driver(
     after: int,
     columns: Sequence[str],
 ) -> DataFrame | None:
-    """`sessions_near` for pairs on the driver, read there: `columns` of the sessions of
-    exactly those users on the days around those dates, from the files whose user range can
-    hold them, read with Arrow and matched by a join, as a frame that travels with the
-    rules' query (`frame_of`: Spark reads no file for it). None when there are more than
-    KEYED_CHECK_PAIRS pairs.
-
-    The files hold every user of their range: at the full size a daily batch's 8,155 changed
-    pairs chose 2,891 files (627,511 sessions) for about a tenth of their rows, which Spark
-    read twice in the rules' job (two rules read them), at a few ms a file."""
+    """`sessions_near` for pairs on the driver: past NEAR_FILES_READ_ON_DRIVER files, read
+    there: `columns` of the sessions of exactly those users on the days around those dates,
+    from the files whose user range can hold them, read with Arrow and matched by a join, as
+    a frame that travels with the rules' query (`frame_of`: Spark reads no file for it).
+    Fewer files are read by the rules' job, as `sessions_near` does. None when there are more
+    than KEYED_CHECK_PAIRS pairs."""
     near = _around(pairs, before=before, after=after)
     if near is None:
         return None
-    rows = store.read_files_arrow(SESSIONS, _files_near(store, near), columns=columns)
+    files = _files_near(store, near)
+    if len(files) <= NEAR_FILES_READ_ON_DRIVER:
+        return _near_rows(store.read_files(SESSIONS, files), near)
+    rows = store.read_files_arrow(SESSIONS, files, columns=columns)
     dates, users = rows.schema.field("session_date").type, rows.schema.field("user_id").type
     listed = [(day, user) for day, found in sorted(near.items()) for user in sorted(found)]
     wanted = pa.table(
