@@ -126,8 +126,8 @@ SESSIONS_CHECKS = {
 # bytes (the attributes are most of them): they read them on the driver (`scope.changed_rows`,
 # `scope.sessions_near_on_driver`) for a run whose sessions and quarantine files hold up to
 # this many times `Settings.driver_write_bytes`. A full-size daily batch rewrote 57 MB of
-# sessions files (docs/benchmarks.md): read there in 1.6 s and about 400 MB of Arrow, where
-# Spark took two jobs and 20 s.
+# sessions files (docs/benchmarks.md): its changed rows were read there in 1.6 s (the process's
+# peak 636 MB), where Spark took two jobs and 20 s.
 SESSION_CHECK_BYTES_FACTOR = 4
 # The columns of the rows a small run added to `events` that its checks read on the driver:
 # the ids `unique_event_ids` looks up, the inputs `every_line_accounted` counts.

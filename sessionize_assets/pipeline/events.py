@@ -127,10 +127,9 @@ def update_events(
     with shuffle_partitions_for(spark, rows=work.raw_rows):
         change = _change(store, spark, work, full_refresh=full_refresh)
         also_changed = sorted(change.dates_touched - set(dates))
+        unchanged = _left_as_they_were(work, change)
         manifest = {
-            d: work.available[d]
-            for d in (*work.incremental, *work.recompute)
-            if d not in _left_as_they_were(work, change)
+            d: work.available[d] for d in (*work.incremental, *work.recompute) if d not in unchanged
         }
         # A date outside the request keeps the inputs it absorbed, now held by this version.
         manifest |= absorbed_inputs(store, partitions=also_changed)
