@@ -24,15 +24,23 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec, ValuesByPartition
 from sessionize_assets.sql_text import sql_identifier
 
-# A partition with more wanted keys than this is read whole: an IN list that long would
-# keep most row groups anyway, and it is planned and checked row group by row group.
-PUSHED_KEYS_PER_PARTITION = 1_000
+# A partition with more wanted keys than this is read whole: the keys of a change are spread
+# over the users, so a few already fall in most row groups (about 16 on a date of the full
+# size, of 1,600 users each), and Parquet's test of a long IN list against each row group and
+# page costs more than the rows it skips. The touched users of the full size's `uniform`
+# dates, read with the session columns: pushed down (up to 1,000 a date, as before) 34-52 s
+# at 17, 43 or 145 users a date, read whole and matched 11-13 s; at 2 a date, 11.5 s and
+# 10-18 s (docs/benchmarks.md, "Daily batches at the full size").
+PUSHED_KEYS_PER_PARTITION = 8
 # A key the files are not sorted by (an id, found by its bloom filters) is pushed down for a
-# partition with at most this many: every row group tests every pushed key (against its bloom
-# filter and its pages' ranges), and past a few dozen random keys nearly every row group holds
-# one. A daily batch's 32,000 new ids over 60 dates (docs/benchmarks.md, the mid size) took
-# 12 s to look up pushed down, 3.4 s as a hash set in the query.
-PUSHED_UNSORTED_KEYS_PER_PARTITION = 50
+# partition with at most this many: each random key lies in a row group of its own, so a few
+# keys already keep most of a partition's row groups (about 16 for a date of the full size),
+# and every row group tests every key of the shared IN list. A daily batch's 32,000 new ids
+# over 60 dates (docs/benchmarks.md, the mid size) took 12 s to look up pushed down, 3.4 s as
+# a hash set in the query; a full-size batch's 130,000 ids, about 40 a date on 180 dates,
+# 18-20 s pushed down at 50 a partition, 11-13 s at 4 (docs/benchmarks.md, "Daily batches
+# at the full size").
+PUSHED_UNSORTED_KEYS_PER_PARTITION = 4
 # The longest IN list one read pushes down (it is shared by the partitions it covers), and
 # the most keys any query holds as a filter: past it, keys are a join (`rows_with_keys`).
 PUSHED_KEYS_TOTAL = 20_000
