@@ -38,7 +38,7 @@ PUSHED_KEYS_PER_PARTITION = 8
 # and every row group tests every key of the shared IN list. A daily batch's 32,000 new ids
 # over 60 dates (docs/benchmarks.md, the mid size) took 12 s to look up pushed down, 3.4 s as
 # a hash set in the query; a full-size batch's 130,000 ids, about 40 a date on 180 dates,
-# 18-20 s pushed down at 50 a partition, 11-13 s at 4 (docs/benchmarks.md, "Daily batches
+# 18-20 s pushed down at 50 a partition, 11-15 s at 4 or 5 (docs/benchmarks.md, "Daily batches
 # at the full size").
 PUSHED_UNSORTED_KEYS_PER_PARTITION = 4
 # The longest IN list one read pushes down (it is shared by the partitions it covers), and
