@@ -28,7 +28,7 @@ from sessionize_assets.sql_text import sql_identifier
 # over the users, so a few already fall in most row groups (about 16 on a date of the full
 # size, of 1,600 users each), and Parquet's test of a long IN list against each row group and
 # page costs more than the rows it skips. The touched users of the full size's `uniform`
-# dates, read with the session columns: pushed down (up to 1,000 a date, as before) 35-42 s
+# dates, read with the session columns: pushed down (at the former bound of 1,000) 35-42 s
 # at 17, 43 or 145 users a date, read whole and matched 11-13 s; at 2 a date, pushed down,
 # 11.5 s against 18.4 s (docs/benchmarks.md, "Daily batches at the full size").
 PUSHED_KEYS_PER_PARTITION = 8
