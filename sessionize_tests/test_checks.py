@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from sessionize_assets.checks import definitions, scope
+from sessionize_assets.checks import scope
 from sessionize_assets.checks.rules import (
     duplicate_event_ids,
     malformed_sessions,
@@ -387,25 +387,19 @@ def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(
 
 
 @pytest.mark.parametrize(
-    ("driver_write_bytes", "driver_looked_up_ids"),
-    [
-        (DEFAULT_DRIVER_WRITE_BYTES, definitions.DRIVER_LOOKED_UP_IDS),
-        (DEFAULT_DRIVER_WRITE_BYTES, 0),
-        (0, definitions.DRIVER_LOOKED_UP_IDS),
-    ],
-    ids=["ids-on-the-driver", "ids-looked-up-by-spark", "every-id-read"],
+    "driver_write_bytes",
+    [DEFAULT_DRIVER_WRITE_BYTES, 0],
+    ids=["ids-on-the-driver", "every-id-read"],
 )
 def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
-    spark, settings, store, driver_write_bytes, driver_looked_up_ids, monkeypatch
+    spark, settings, store, driver_write_bytes
 ):
-    """The ids a run added are looked up on every date the id index has a copy of them on,
-    from the driver or by Spark (past DRIVER_LOOKED_UP_IDS); a run whose files outgrow the
-    driver has every id of `events` read: an id already in `events` on another date fails the
-    run's check either way."""
+    """The ids a run added are looked up in the files that can hold a copy the id index has of
+    them (on the copy's date, holding its batch): an id already in `events` on another date, or
+    in an older file of the same batch (delivered again), fails the run's check; a run whose
+    files outgrow the driver has every id of `events` read, and fails it too."""
 
     from sessionize_assets.lake.tables import EVENT_IDS, EVENTS
-
-    monkeypatch.setattr(definitions, "DRIVER_LOOKED_UP_IDS", driver_looked_up_ids)
 
     first, later = D, D + timedelta(days=3)
 
@@ -434,6 +428,7 @@ def test_unique_event_ids_in_a_run_finds_a_copy_of_an_added_id_on_another_date(
 
     assert passed_after("b")
     assert not passed_after("a")  # the run wrote `later` only; the other copy is on `first`
+    assert not passed_after("b")  # the same batch's copy again, beside the first run's file
 
 
 def test_every_line_accounted_in_a_run_counts_the_inputs_it_read_or_changed(spark, settings, store):

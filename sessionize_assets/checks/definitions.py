@@ -7,7 +7,7 @@ The checks of a table run as one step (`events_checks`, `sessions_checks`): they
 run's writes from the Delta log once, find the rows they need by key in one lookup, and their
 rules are counted in one Spark job (`rules.evaluate`). A small run's writes (within
 `Settings.driver_write_bytes`) are read on the driver with Arrow, and the keys its checks look
-up come from them with no other job (`scope.changed_rows`, `event_ids.copy_dates`). Each can
+up come from them with no other job (`scope.changed_rows`, `event_ids.index_copies`). Each can
 still be run alone.
 
 Every check is blocking: when it fails, its run fails (and what depends on the asset in that
@@ -69,8 +69,8 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
 )
 from sessionize_assets.partitions import days_around
-from sessionize_assets.pipeline.event_ids import copies_of, copy_dates
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, pair_filter, read_by_keys
+from sessionize_assets.pipeline.event_ids import index_copies
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, pair_filter, rows_with_keys
 from sessionize_assets.pipeline.manifests import (
     InputKey,
     batch_inputs,
@@ -81,6 +81,7 @@ from sessionize_assets.pipeline.manifests import (
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.spark import counting_jobs
 from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.events import COPY_KEY
 from sessionize_assets.transforms.validation import DEDUP
 from sessionize_assets.typed_metadata import MetadataRecord, Shown, entry, metadata_record
 
@@ -132,12 +133,6 @@ SESSION_CHECK_BYTES_FACTOR = 4
 # The columns of the rows a small run added to `events` that its checks read on the driver:
 # the ids `unique_event_ids` looks up, the inputs `every_line_accounted` counts.
 ADDED_EVENT_COLUMNS = ["event_date", "event_id", "received_date"]
-# `unique_event_ids` looks the ids a run added up from the driver, as hash sets in the query
-# (one job over the id index's hashes, then the rows by key), up to this many: a daily batch's
-# (32,319 at the mid size of docs/benchmarks.md). More are looked up by Spark, which joins the
-# whole id index with them; a run whose files outgrow the driver (a range run, a backlog) has
-# every id of `events` checked instead (`_events_with_ids_added`).
-DRIVER_LOOKED_UP_IDS = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,11 +309,17 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 partition="received_date",
                 key="event_date",
             )
+            # Of `events`, the files whose `received_date` statistics can hold one of the
+            # inputs' batches on its date: a daily batch's are the files it added, where
+            # reading the dates it reached opened every file of the history (1,256 at the
+            # full size).
+            by_date: dict[date, set[str]] = {}
+            for day, received in inputs:
+                by_date.setdefault(day, set()).add(received.isoformat())
+            files = store.files_with_values(EVENTS, column="received_date", values=by_date)
             return (
                 store.read(RAW_EVENTS, partitions=batches).where(keep),
-                store.read(EVENTS, partitions=sorted({day for day, _ in inputs})).where(
-                    F.col("received_date").isin(batches) & keep
-                ),
+                store.read_files(EVENTS, files).where(F.col("received_date").isin(batches) & keep),
                 store.read(REJECTED_EVENTS, partitions=batches).where(keep),
             )
         # The batches holding events of these dates (from the index), those dates only.
@@ -487,30 +488,57 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
 def _events_with_ids_added(
     step: CheckStep, writes: RunWrites, *, added: pa.Table | None
 ) -> DataFrame:
-    """The `events` rows of every copy of the ids a run added, on whatever date the id index
-    says they are, found by id; for a run whose files outgrow the driver, every row of
-    `events`.
+    """The `events` rows that can share an id with a row the run added: every row of the live
+    files it added, and of the other files, the rows of the ids' copies that the id index
+    places in them; for a run whose files outgrow the driver, every row of `events`.
 
-    A small run's ids (`added`, its rows read on the driver, at most DRIVER_LOOKED_UP_IDS ids)
-    are looked up in the index by hash there too (`copy_dates`, no Spark job): the rows are
-    then read by key in the rules' job. More ids whose rows still fit the driver (a daily batch
-    of a large zone) are looked up by Spark. A run whose files do not fit (a backlog, a large
-    re-delivery) is not looked up: finding its copies would read every hash of the id index and
-    then the ids of every date holding one (ids follow no file's order, so each row group holds
-    some), in Spark jobs of their own. Every id of `events`, read whole in the rules' job,
-    costs about that read alone, and checks a superset.
+    A row in a file the run did not write came from a copy in the index: on the copy's event
+    date, with the copy's batch as its `received_date`. So the run's ids (`added`, its rows
+    read on the driver) are looked up in the index by hash there (`index_copies`, no Spark
+    job), and each copy, and each added row, is looked for in the files of its date whose
+    min..max `received_date` in the log's statistics holds its batch (no data read). A daily
+    batch's own copies are then in the files it added alone, as every other file holds older
+    batches; an id with a copy in another batch, or a batch delivered again, leads to the files
+    of that copy's date. Before, every date a copy is on was read by id: at the full size, the
+    `event_id` of all 21 M rows (docs/benchmarks.md).
+
+    A run whose files do not fit the driver (a backlog, a large re-delivery) is not looked up:
+    finding its copies would read every hash of the id index and then the ids of every date
+    holding one, in Spark jobs of their own; every id of `events`, read whole in the rules'
+    job, costs about that read alone, and checks a superset.
     """
     store = step.store
     columns = ["event_date", "event_id"]
     if added is None:
         return store.read(EVENTS).select(*columns)
-    ids = added.column("event_id").to_pylist()
-    if len(set(ids)) <= DRIVER_LOOKED_UP_IDS:
-        wanted = copy_dates(store, ids)
-        for day, event_id in zip(added.column("event_date").to_pylist(), ids, strict=True):
-            wanted.setdefault(day, set()).add(event_id)
-        return read_by_keys(store, EVENTS, wanted=wanted, key="event_id", columns=columns).rows
-    added_rows = step.cache(store.read_files(EVENTS, writes.added).select(*columns))
-    copies = copies_of(store, added_rows).rows.select(*columns)
-    wanted_rows = step.cache(copies.unionByName(added_rows).distinct())
-    return read_by_keys(store, EVENTS, wanted=wanted_rows, key="event_id", columns=columns).rows
+    # The added rows count as copies too, for a row whose batch the index lacks.
+    copies = index_copies(store, added.column("event_id").to_pylist()) | set(
+        zip(*(added.column(name).to_pylist() for name in COPY_KEY), strict=True)
+    )
+    batches: dict[date, set[str]] = {}
+    for day, _, batch in copies:
+        batches.setdefault(day, set()).add(batch.isoformat())
+    # The live files of those dates and of the run's, by date: a file the run added that a
+    # later run replaced is read as its replacement, once.
+    dates = sorted({*batches, *writes.dates})
+    date_of = {
+        path: day
+        for day, paths in store.partition_files(EVENTS, partitions=dates).items()
+        for path in paths
+    }
+    mine = [path for path in writes.added if path in date_of]
+    others = sorted(
+        set(store.files_with_values(EVENTS, column="received_date", values=batches)) - set(mine)
+    )
+    rows = store.read_files(EVENTS, mine).select(*columns)
+    if not others:
+        return rows
+    held = {date_of[path] for path in others}
+    pairs = sorted((day, event_id) for day, event_id, _ in copies if day.isoformat() in held)
+    found = rows_with_keys(
+        store.read_files(EVENTS, others).select(*columns),
+        pairs,
+        schema="event_date date, event_id string",
+        listed=lambda: pair_filter(pairs, partition="event_date", key="event_id"),
+    )
+    return rows.unionByName(found)

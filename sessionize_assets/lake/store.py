@@ -345,9 +345,10 @@ class DeltaStore(Protocol):
     ) -> list[str]:
         """Live files (relative paths) that can hold rows with these values of `column`.
 
-        `values` gives, per partition, the wanted values: a file is kept when the min..max of
-        `column` in its log statistics includes one of them (or it has no statistics). Every
-        file of the `whole` partitions is kept. Read on the driver from the log: no data.
+        `values` gives, per partition, the wanted values (a date's as its ISO text): a file is
+        kept when the min..max of `column` in its log statistics includes one of them (or it
+        has no statistics). Every file of the `whole` partitions is kept. Read on the driver
+        from the log: no data.
         """
         ...
 

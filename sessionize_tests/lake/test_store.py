@@ -131,7 +131,7 @@ def test_file_statistics_allow_skipping(spark, store):
         assert actions.column("max.ts").to_pylist()[0] >= ts(5, 123_456)
     else:
         # Delta Spark truncates them (its readers add the millisecond back when skipping);
-        # sessionize skips files by string columns only (`files_with_values`).
+        # sessionize skips files by string and date columns only (`files_with_values`).
         assert actions.column("max.ts").to_pylist()[0] == ts(5, 123_000)
     assert actions.column("null_count.note").to_pylist() == [0]
 

@@ -146,10 +146,12 @@ def file_partitions(
 
 
 def _stat(actions: pa.Table, name: str) -> list[Any]:
-    """A column statistic of each file from the log (None where it was not recorded)."""
+    """A column statistic of each file from the log (None where it was not recorded); a
+    date's as its ISO text, which orders as the date does (the values looked for are text)."""
     if name not in actions.column_names:
         return [None] * actions.num_rows
-    return actions.column(name).to_pylist()
+    column = actions.column(name)
+    return (as_strings(column) if pa.types.is_date(column.type) else column).to_pylist()
 
 
 def as_strings(values: pa.ChunkedArray) -> pa.ChunkedArray:
