@@ -534,7 +534,7 @@ def _events_with_ids_added(
     if not others:
         return rows
     held = {date_of[path] for path in others}
-    pairs = sorted((day, event_id) for day, event_id, _ in copies if day.isoformat() in held)
+    pairs = sorted({(day, event_id) for day, event_id, _ in copies if day.isoformat() in held})
     found = rows_with_keys(
         store.read_files(EVENTS, others).select(*columns),
         pairs,
