@@ -19,7 +19,7 @@ run commits between its reads of tables that must agree.
 """
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import reduce
@@ -313,10 +313,9 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             # inputs' batches on its date: a daily batch's are the files it added, where
             # reading the dates it reached opened every file of the history (1,256 at the
             # full size).
-            by_date: dict[date, set[str]] = {}
-            for day, received in inputs:
-                by_date.setdefault(day, set()).add(received.isoformat())
-            files = store.files_with_values(EVENTS, column="received_date", values=by_date)
+            files = store.files_with_values(
+                EVENTS, column="received_date", values=_batches_by_date(inputs)
+            )
             return (
                 store.read(RAW_EVENTS, partitions=batches).where(keep),
                 store.read_files(EVENTS, files).where(F.col("received_date").isin(batches) & keep),
@@ -515,30 +514,35 @@ def _events_with_ids_added(
     copies = index_copies(store, added.column("event_id").to_pylist()) | set(
         zip(*(added.column(name).to_pylist() for name in COPY_KEY), strict=True)
     )
-    batches: dict[date, set[str]] = {}
-    for day, _, batch in copies:
-        batches.setdefault(day, set()).add(batch.isoformat())
-    # The live files of those dates and of the run's, by date: a file the run added that a
-    # later run replaced is read as its replacement, once.
-    dates = sorted({*batches, *writes.dates})
-    date_of = {
-        path: day
-        for day, paths in store.partition_files(EVENTS, partitions=dates).items()
-        for path in paths
-    }
-    mine = [path for path in writes.added if path in date_of]
-    others = sorted(
-        set(store.files_with_values(EVENTS, column="received_date", values=batches)) - set(mine)
-    )
+    batches = _batches_by_date((day, batch) for day, _, batch in copies)
+    # Live files only (the added rows are copies, so the run's live files are among them): a
+    # file the run added that a later run replaced is read as its replacement, once.
+    found = set(store.files_with_values(EVENTS, column="received_date", values=batches))
+    mine = [path for path in writes.added if path in found]
+    others = found - set(mine)
     rows = store.read_files(EVENTS, mine).select(*columns)
     if not others:
         return rows
-    held = {date_of[path] for path in others}
+    # The dates of those files: their copies' (date, id) pairs are looked for there.
+    held = {
+        day
+        for day, paths in store.partition_files(EVENTS, partitions=list(batches)).items()
+        if not others.isdisjoint(paths)
+    }
     pairs = sorted({(day, event_id) for day, event_id, _ in copies if day.isoformat() in held})
-    found = rows_with_keys(
-        store.read_files(EVENTS, others).select(*columns),
+    looked_up = rows_with_keys(
+        store.read_files(EVENTS, sorted(others)).select(*columns),
         pairs,
         schema="event_date date, event_id string",
         listed=lambda: pair_filter(pairs, partition="event_date", key="event_id"),
     )
-    return rows.unionByName(found)
+    return rows.unionByName(looked_up)
+
+
+def _batches_by_date(inputs: Iterable[tuple[date, date]]) -> dict[date, set[str]]:
+    """The batches (ISO text) of these (event date, batch) pairs, by date: the values
+    `DeltaStore.files_with_values` looks for in `received_date`'s statistics."""
+    found: dict[date, set[str]] = {}
+    for day, batch in inputs:
+        found.setdefault(day, set()).add(batch.isoformat())
+    return found
