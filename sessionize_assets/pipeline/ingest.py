@@ -24,14 +24,13 @@ from sessionize_assets.pipeline.event_ids import index_rows as event_id_rows
 from sessionize_assets.pipeline.landing import BatchFingerprint, record_ingested
 from sessionize_assets.pipeline.manifests import batch_event_dates as indexed_event_dates
 from sessionize_assets.settings import Settings
+from sessionize_assets.transforms.copies import rank_copies, split_batch, split_collected
 from sessionize_assets.transforms.validation import (
     ERASED,
     INGEST,
     REASONS,
     mark_erased,
     parse_lines,
-    rank_copies,
-    split_batch,
     without_erased,
 )
 
@@ -120,23 +119,27 @@ def ingest_batches(
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     on_driver = store.writes_on_driver(lines)
     if text_bytes is not None:
-        # By the in-batch duplicates' window keys: the window reads this shuffle, no other.
+        # Spread by the in-batch duplicates' window keys for Spark's ranking: its window reads
+        # this shuffle, no other. Collected, the copies are ranked on the driver.
         parsed = spread_for_collect(
             parsed,
             text_bytes,
             per_partition=COLLECTED_TEXT_PER_PARTITION if on_driver else RANKED_TEXT_PER_PARTITION,
-            keys=("received_date", "message_id"),
+            keys=() if on_driver else ("received_date", "message_id"),
         )
-    # Parsed (Python) and ranked (a shuffle of every column) once, read by each commit: on
-    # disk, not in the driver's heap, which a backlog's lines outgrow (the OS's page cache
-    # keeps a small batch's in memory anyway).
-    ranked = rank_copies(parsed).persist(StorageLevel.DISK_ONLY)
-    try:
-        accepted, rejected = split_batch(ranked)
-        commit = _commit_on_driver if on_driver else _commit_with_spark
-        written = commit(store, accepted, rejected, days=days, tags=tags, keep_erased=erasing)
-    finally:
-        ranked.unpersist()
+    if on_driver:
+        written = _commit_on_driver(store, parsed, days=days, tags=tags, keep_erased=erasing)
+    else:
+        # Parsed (Python) and ranked (a shuffle of every column) once, read by each commit: on
+        # disk, not in the driver's heap, which a backlog's lines outgrow.
+        ranked = rank_copies(parsed).persist(StorageLevel.DISK_ONLY)
+        try:
+            accepted, rejected = split_batch(ranked)
+            written = _commit_with_spark(
+                store, accepted, rejected, days=days, tags=tags, keep_erased=erasing
+            )
+        finally:
+            ranked.unpersist()
     raw = written.raw
     before = indexed_event_dates(store, days)
     index_rows = [
@@ -248,24 +251,19 @@ def _commit_with_spark(
 
 def _commit_on_driver(
     store: DeltaStore,
-    accepted: DataFrame,
-    rejected: DataFrame,
+    parsed: DataFrame,
     *,
     days: list[date],
     tags: dict[str, str],
     keep_erased: bool,
 ) -> _Written:
-    """A small batch in one Spark job: its accepted rows (with their id hashes) and its
-    rejections are collected together with Arrow, counted on the driver, and each table
-    written from there (`*_arrow`), the id index from the accepted rows."""
-    rows = (
-        accepted.withColumn("id_hash", id_hash("message_id"))
-        .withColumn("_rejected", F.lit(False))
-        .unionByName(rejected.withColumn("_rejected", F.lit(True)), allowMissingColumns=True)
-        .toArrow()
+    """A small batch in one Spark job, with no shuffle: its parsed lines (with their id
+    hashes) are collected with Arrow, their copies ranked and counted on the driver
+    (`split_collected`), and each table written from there (`*_arrow`), the id index from the
+    accepted rows."""
+    kept, turned_away = split_collected(
+        parsed.withColumn("id_hash", id_hash("message_id")).toArrow()
     )
-    flagged = pc.fill_null(rows.column("_rejected"), False)
-    kept, turned_away = rows.filter(pc.invert(flagged)), rows.filter(flagged)
     raw = store.replace_partitions_arrow(RAW_EVENTS, kept, partitions=days, commit_metadata=tags)
     index = kept.select(["id_hash", "message_id", "event_date", "received_date"])
     event_ids = store.replace_partitions_arrow(

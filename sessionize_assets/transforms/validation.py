@@ -20,7 +20,7 @@ from operator import attrgetter
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
@@ -387,51 +387,3 @@ def without_erased(parsed: DataFrame) -> DataFrame:
     """The lines `mark_erased` did not mark: an erasure removes its keys' lines without a
     trace (SPEC §8: the lake equals the full recompute of the zone without them)."""
     return parsed.where(F.col("reason").isNull() | (F.col("reason") != ERASED))
-
-
-# The rank of a valid line among its batch's copies of its messageId (1 is the copy kept);
-# null for a line rejected before the duplicate rule.
-COPY_RANK = "_copy_rank"
-
-
-def rank_copies(parsed: DataFrame) -> DataFrame:
-    """`parsed` with COPY_RANK: among the valid copies of a messageId in one batch, the
-    earliest `received_at` is 1; ties fall to the source file and then the line text, so the
-    rank never depends on read order.
-
-    One window, partitioned by (received_date, message_id) and validity: input already
-    hash-partitioned by (received_date, message_id) (`spread_for_collect`) is not shuffled
-    again. A caller that reads the result more than once persists it, so the copies are
-    shuffled and ranked once (`pipeline/ingest.py`).
-    """
-    valid = F.col("reason").isNull()
-    rank = F.row_number().over(
-        Window.partitionBy("received_date", "message_id", valid).orderBy(
-            "received_at", "source_file", "raw_line"
-        )
-    )
-    return parsed.withColumn(COPY_RANK, F.when(valid, rank))
-
-
-def split_batch(ranked: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Accepted events and rejections of each batch (`rank_copies`' output), with the
-    in-batch duplicates (a COPY_RANK over 1) rejected."""
-    accepted = ranked.where(F.col(COPY_RANK) == 1).drop(COPY_RANK, "reason", "detail", "raw_bytes")
-    duplicates = ranked.where(F.col(COPY_RANK) > 1).select(
-        "raw_line",
-        F.lit(DUPLICATE).alias("reason"),
-        F.lit("another copy of this messageId in the same batch was received first").alias(
-            "detail"
-        ),
-        "message_id",
-        "received_date",
-        "source_file",
-        "raw_bytes",
-    )
-    invalid = ranked.where(F.col("reason").isNotNull()).select(
-        "raw_line", "reason", "detail", "message_id", "received_date", "source_file", "raw_bytes"
-    )
-    rejected = invalid.unionByName(duplicates).select(
-        "*", F.lit(INGEST).alias("origin"), F.lit(None).cast("date").alias("event_date")
-    )
-    return accepted, rejected

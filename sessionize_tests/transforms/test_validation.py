@@ -8,11 +8,11 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from sessionize_assets.transforms.attributes import EVENT_ATTRIBUTE_COLUMNS, UTM_FIELDS
+from sessionize_assets.transforms.copies import rank_copies, split_batch
 from sessionize_assets.transforms.validation import (
     BAD_RECEIVED_AT,
     BAD_TIMESTAMP,
     BEFORE_START,
-    DUPLICATE,
     FUTURE_TIMESTAMP,
     INVALID_ENCODING,
     LINE_TOO_LONG,
@@ -23,8 +23,6 @@ from sessionize_assets.transforms.validation import (
     parse_iso_timestamp,
     parse_line,
     parse_lines,
-    rank_copies,
-    split_batch,
 )
 
 START = date(2026, 1, 1)
@@ -154,35 +152,6 @@ def test_rejections_explain_themselves():
     )
     assert parsed.detail is not None and "yesterday" in parsed.detail
     assert parsed.message_id == "m1"
-
-
-def test_spark_parse_and_in_batch_duplicates(spark):
-    def line(mid: str, received: str, **extra: object) -> str:
-        return json.dumps({**GOOD, "messageId": mid, "receivedAt": received, **extra})
-
-    lines = [
-        (line("m1", "2026-01-05T10:00:09Z"), "b.jsonl"),
-        (line("m1", "2026-01-05T10:00:03Z"), "b.jsonl"),  # earliest receivedAt wins
-        (line("m1", "2026-01-05T10:00:03Z"), "a.jsonl"),  # same time: file name decides
-        (line("m2", "2026-01-05T10:00:03Z", timestamp="nope"), "a.jsonl"),
-        (line("m2", "2026-01-05T10:00:04Z"), "a.jsonl"),  # the invalid copy does not compete
-        ("{broken", "a.jsonl"),
-    ]
-    df = spark.createDataFrame(
-        [(text, date(2026, 1, 5), f"received_date=2026-01-05/{f}") for text, f in lines],
-        "raw_line string, received_date date, source_file string",
-    )
-    parsed = parse_lines(df, start_date=START, future_tolerance=TOLERANCE, max_line_bytes=10_000)
-    accepted, rejected = split_batch(rank_copies(parsed))
-
-    got = {r.message_id: r for r in accepted.collect()}
-    assert set(got) == {"m1", "m2"}
-    assert got["m1"].source_file.endswith("a.jsonl")
-    assert got["m1"].received_at == datetime(2026, 1, 5, 10, 0, 3)
-    assert got["m1"].event_date == date(2026, 1, 5)
-    reasons = sorted(r.reason for r in rejected.collect())
-    assert reasons == [BAD_TIMESTAMP, DUPLICATE, DUPLICATE, MALFORMED_JSON]
-    assert accepted.count() + rejected.count() == len(lines)
 
 
 def _parse_bytes(spark, lines: list[bytes], *, max_line_bytes: int):

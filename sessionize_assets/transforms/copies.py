@@ -1,0 +1,108 @@
+"""SPEC §2's duplicate rule within one batch: among the valid copies of a `messageId` in a
+batch, the earliest `receivedAt` wins; every other copy is a `duplicate` rejection.
+
+Ties fall to the source file and then the line's text (both compared as bytes), so the winner
+never depends on the order lines are read in. The rule is applied where the batch's rows are:
+by Spark's executors for a large batch (`rank_copies`, `split_batch`), or on the driver with
+Arrow for a batch collected there whole (`split_collected`), which spares its Spark job the
+shuffle a window needs. Both give the same rows (`test_copies.py` compares them).
+
+The rule across batches (the earliest batch wins) belongs to `events` (`pipeline/events.py`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from sessionize_assets.transforms.validation import DUPLICATE, INGEST
+
+# The order copies of one messageId in one batch are ranked in: the first wins.
+COPY_ORDER = ("received_at", "source_file", "raw_line")
+DUPLICATE_DETAIL = "another copy of this messageId in the same batch was received first"
+# The columns of a rejection (`rejected_events` but `origin` and `event_date`).
+REJECTION_COLUMNS = (
+    "raw_line",
+    "reason",
+    "detail",
+    "message_id",
+    "received_date",
+    "source_file",
+    "raw_bytes",
+)
+
+# The rank of a valid line among its batch's copies of its messageId (1 is the copy kept);
+# null for a line rejected before the duplicate rule.
+COPY_RANK = "_copy_rank"
+
+
+def rank_copies(parsed: DataFrame) -> DataFrame:
+    """`parsed` (`parse_lines`' rows) with COPY_RANK: among the valid copies of a messageId in
+    one batch, 1 for the winner.
+
+    One window, partitioned by (received_date, message_id) and validity: input already
+    hash-partitioned by (received_date, message_id) (`spread_for_collect`) is not shuffled
+    again. A caller that reads the result more than once persists it, so the copies are
+    shuffled and ranked once (`pipeline/ingest.py`).
+    """
+    valid = F.col("reason").isNull()
+    rank = F.row_number().over(
+        Window.partitionBy("received_date", "message_id", valid).orderBy(*COPY_ORDER)
+    )
+    return parsed.withColumn(COPY_RANK, F.when(valid, rank))
+
+
+def split_batch(ranked: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Accepted events and rejections of each batch (`rank_copies`' output), with the
+    in-batch duplicates (a COPY_RANK over 1) rejected."""
+    accepted = ranked.where(F.col(COPY_RANK) == 1).drop(COPY_RANK, "reason", "detail", "raw_bytes")
+    duplicates = ranked.where(F.col(COPY_RANK) > 1).select(
+        *(
+            F.lit(DUPLICATE).alias(name)
+            if name == "reason"
+            else F.lit(DUPLICATE_DETAIL).alias(name)
+            if name == "detail"
+            else F.col(name)
+            for name in REJECTION_COLUMNS
+        )
+    )
+    invalid = ranked.where(F.col("reason").isNotNull()).select(*REJECTION_COLUMNS)
+    rejected = invalid.unionByName(duplicates).select(
+        "*", F.lit(INGEST).alias("origin"), F.lit(None).cast("date").alias("event_date")
+    )
+    return accepted, rejected
+
+
+def split_collected(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """`split_batch` on the driver, for `parse_lines`' rows collected unranked: the accepted
+    rows (every column of `rows`), and the rejections (REJECTION_COLUMNS, `origin` and a null
+    `event_date`), the invalid lines first, then the copies that lost."""
+    valid = pc.is_null(rows.column("reason"))
+    candidates = rows.filter(valid)
+    order = pc.sort_indices(
+        candidates,
+        sort_keys=[(name, "ascending") for name in ("received_date", "message_id", *COPY_ORDER)],
+    )
+    ordered = candidates.take(order).combine_chunks()
+    # The first row of each (received_date, message_id) wins.
+    wins = pa.array([], pa.bool_())
+    if count := ordered.num_rows:
+        batch, message = ordered.column("received_date"), ordered.column("message_id")
+        repeated = pc.and_(
+            pc.equal(batch.slice(1), batch.slice(0, count - 1)),
+            pc.equal(message.slice(1), message.slice(0, count - 1)),
+        )
+        wins = pa.concat_arrays([pa.array([True]), *pc.invert(repeated).chunks])
+    duplicates = ordered.filter(pc.invert(wins)).select(REJECTION_COLUMNS)
+    duplicates = duplicates.set_column(
+        1, "reason", pa.array([DUPLICATE] * duplicates.num_rows, pa.string())
+    ).set_column(2, "detail", pa.array([DUPLICATE_DETAIL] * duplicates.num_rows, pa.string()))
+    rejected = pa.concat_tables(
+        [rows.filter(pc.invert(valid)).select(REJECTION_COLUMNS), duplicates]
+    )
+    rejected = rejected.append_column(
+        "origin", pa.array([INGEST] * rejected.num_rows, pa.string())
+    ).append_column("event_date", pa.nulls(rejected.num_rows, pa.date32()))
+    return ordered.filter(wins), rejected
