@@ -119,13 +119,13 @@ def ingest_batches(
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
     on_driver = store.writes_on_driver(lines)
     if text_bytes is not None:
-        # Spread by the in-batch duplicates' window keys for Spark's ranking: its window reads
-        # this shuffle, no other. Collected, the copies are ranked on the driver.
+        # By the in-batch duplicates' window keys: Spark's window reads this shuffle, no
+        # other (and hashed rows need no sort, where a round robin sorts them first).
         parsed = spread_for_collect(
             parsed,
             text_bytes,
             per_partition=COLLECTED_TEXT_PER_PARTITION if on_driver else RANKED_TEXT_PER_PARTITION,
-            keys=() if on_driver else ("received_date", "message_id"),
+            keys=("received_date", "message_id"),
         )
     if on_driver:
         written = _commit_on_driver(store, parsed, days=days, tags=tags, keep_erased=erasing)
