@@ -223,6 +223,12 @@ class DeltaStore(Protocol):
         backend, which writes its data tables with Delta Spark."""
         ...
 
+    def collects_on_driver(self, size: int) -> bool:
+        """Whether a change of `size` bytes, known exactly (a landing batch's text), is
+        collected once and written with the `*_arrow` methods: on the embedded backend, when
+        it is at most `driver_write_bytes`; never on the delta-spark backend."""
+        ...
+
     def rewrites_on_driver(self, spec: TableSpec, df: DataFrame, *, files: Collection[str]) -> bool:
         """Whether a rewrite of `files` (relative paths) that adds a change built from `df` fits
         the driver, for `rewrite_arrow`: on the embedded backend, when the files' bytes on disk

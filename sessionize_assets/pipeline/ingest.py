@@ -40,6 +40,13 @@ from sessionize_assets.transforms.validation import (
 # (a day of 127 MB of text in 16.3 MB of gzip, in the two shuffle partitions): a quarter of
 # that leaves room for the driver's other work.
 COLLECTED_TEXT_PER_PARTITION = 16 << 20
+# A batch whose text is known (`text_bytes`) is collected to the driver up to this many times
+# `driver_write_bytes` of it: its rows are held in the driver's Python process (at the peak,
+# the collected rows, the accepted ones and the write's sorted copy: about 7 bytes a byte of
+# text), not in Spark's heap, which hands them over a partition of COLLECTED_TEXT_PER_PARTITION
+# at a time. A day of the full size's zone (66 MB of text) is ingested in one Spark job
+# instead of five by Spark's writer, in two thirds of the time (docs/benchmarks.md).
+COLLECTED_TEXT_FACTOR = 4
 # The most text one partition holds when a large batch's copies are ranked by Spark's
 # executors (`rank_copies` sorts each partition's parsed rows, about twice their text). In
 # local mode a shuffle makes one partition per core: a backlog of 59 days (737 MB of text)
@@ -96,14 +103,15 @@ def ingest_batches(
     the lake's own lines, `pipeline/forget.py`) drops it instead, and keeps the batch's
     earlier `erased` rejections.
 
-    A small batch (Spark's estimate of `lines`, the files' size on disk, within
-    `Settings.driver_write_bytes`) is collected and written from the driver. Spark hands its
-    rows over a partition at a time, each whole in the driver's heap: the lines are spread
-    over partitions of at most COLLECTED_TEXT_PER_PARTITION bytes of `text_bytes` (the files'
-    text, gzip uncompressed, about ten times their size), so a gzipped batch fits the default
-    1 GB driver whatever its text. None: as Spark partitions them (lines from the lake). A
-    larger batch is written by Spark's executors, its lines spread over partitions of at most
-    RANKED_TEXT_PER_PARTITION bytes of `text_bytes` for the ranking of their copies.
+    A small batch is collected and written from the driver: one whose `text_bytes` (the
+    files' text, gzip uncompressed, about ten times their size) are within
+    COLLECTED_TEXT_FACTOR times `Settings.driver_write_bytes`, or, with `text_bytes` None
+    (lines from the lake), whose lines Spark estimates within it. Spark hands its rows over a
+    partition at a time, each whole in the driver's heap: the lines are spread over
+    partitions of at most COLLECTED_TEXT_PER_PARTITION bytes of text, so a batch fits the
+    default 1 GB driver whatever its text. A larger batch is written by Spark's executors,
+    its lines spread over partitions of at most RANKED_TEXT_PER_PARTITION bytes of text for
+    the ranking of their copies.
     """
     days = sorted(fingerprints)
     marked = mark_erased(
@@ -117,7 +125,11 @@ def ingest_batches(
     )
     parsed = without_erased(marked) if erasing else marked
     tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
-    on_driver = store.writes_on_driver(lines)
+    on_driver = (
+        store.writes_on_driver(lines)
+        if text_bytes is None
+        else store.collects_on_driver(text_bytes // COLLECTED_TEXT_FACTOR)
+    )
     if text_bytes is not None:
         # By the in-batch duplicates' window keys: Spark's window reads this shuffle, no
         # other (and hashed rows need no sort, where a round robin sorts them first).

@@ -78,31 +78,38 @@ def split_batch(ranked: DataFrame) -> tuple[DataFrame, DataFrame]:
 def split_collected(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
     """`split_batch` on the driver, for `parse_lines`' rows collected unranked: the accepted
     rows (every column of `rows`), and the rejections (REJECTION_COLUMNS, `origin` and a null
-    `event_date`), the invalid lines first, then the copies that lost."""
-    valid = pc.is_null(rows.column("reason"))
-    candidates = rows.filter(valid)
+    `event_date`), the invalid lines first, then the copies that lost.
+
+    The rows are ordered by index alone (invalid lines last, then by batch, messageId and
+    COPY_ORDER), so each table is one copy of its rows: a batch's text is most of the driver's
+    memory here."""
+    invalid = pc.is_valid(rows.column("reason"))
     order = pc.sort_indices(
-        candidates,
-        sort_keys=[(name, "ascending") for name in ("received_date", "message_id", *COPY_ORDER)],
+        rows.select(["received_date", "message_id", *COPY_ORDER]).append_column(
+            "_invalid", invalid
+        ),
+        sort_keys=[
+            (name, "ascending") for name in ("_invalid", "received_date", "message_id", *COPY_ORDER)
+        ],
     )
-    ordered = candidates.take(order).combine_chunks()
-    # The first row of each (received_date, message_id) wins.
-    wins = pa.array([], pa.bool_())
-    if count := ordered.num_rows:
-        batch, message = ordered.column("received_date"), ordered.column("message_id")
+    # In that order, a valid line whose (received_date, messageId) is its predecessor's lost.
+    keys = rows.select(["received_date", "message_id"]).take(order).combine_chunks()
+    loses = pa.array([], pa.bool_())
+    if count := rows.num_rows:
+        batch, message = keys.column("received_date"), keys.column("message_id")
         repeated = pc.and_(
             pc.equal(batch.slice(1), batch.slice(0, count - 1)),
             pc.equal(message.slice(1), message.slice(0, count - 1)),
         )
-        wins = pa.concat_arrays([pa.array([True]), *pc.invert(repeated).chunks])
-    duplicates = ordered.filter(pc.invert(wins)).select(REJECTION_COLUMNS)
+        # Back in the rows' order (the inverse of `order`); an invalid line never loses.
+        sorted_loses = pa.concat_arrays([pa.array([False]), *repeated.chunks])
+        loses = pc.and_(sorted_loses.take(pc.sort_indices(order)), pc.invert(invalid))
+    duplicates = rows.filter(loses).select(REJECTION_COLUMNS)
     duplicates = duplicates.set_column(
         1, "reason", pa.array([DUPLICATE] * duplicates.num_rows, pa.string())
     ).set_column(2, "detail", pa.array([DUPLICATE_DETAIL] * duplicates.num_rows, pa.string()))
-    rejected = pa.concat_tables(
-        [rows.filter(pc.invert(valid)).select(REJECTION_COLUMNS), duplicates]
-    )
+    rejected = pa.concat_tables([rows.filter(invalid).select(REJECTION_COLUMNS), duplicates])
     rejected = rejected.append_column(
         "origin", pa.array([INGEST] * rejected.num_rows, pa.string())
     ).append_column("event_date", pa.nulls(rejected.num_rows, pa.date32()))
-    return ordered.filter(wins), rejected
+    return rows.filter(pc.and_(pc.invert(invalid), pc.invert(loses))), rejected

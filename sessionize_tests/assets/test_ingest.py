@@ -326,3 +326,27 @@ def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_t
     assert jobs == {"shuffle": 1, "many": 1}
     assert rows["many"] == rows["shuffle"]
     assert [len(found) for found in rows["many"]] == [300, 2]
+
+
+def test_a_batch_is_collected_to_the_driver_by_its_text(tmp_path, instance):
+    """A batch whose files are over `driver_write_bytes` but whose text is within
+    COLLECTED_TEXT_FACTOR times it is collected to the driver in one Spark job; past that,
+    Spark's executors write it. The same rows either way."""
+    lines = [message(f"m{i}", userId=f"u{i % 7}") for i in range(200)]
+    lines += [message("m0", receivedAt="2026-01-05T10:00:00Z"), "not json"]  # a copy, a reject
+    text = ("\n".join(lines) + "\n").encode()
+    factor = ingest_module.COLLECTED_TEXT_FACTOR
+    rows, jobs = {}, {}
+    for path, bound in (("driver", len(text) // factor), ("spark", len(text) // factor - 1)):
+        settings = make_settings(tmp_path / path, driver_write_bytes=bound)
+        folder = settings.landing_dir / f"received_date={DAY.isoformat()}"
+        folder.mkdir(parents=True)
+        (folder / "part.jsonl").write_bytes(text)
+        jobs[path] = ingest(settings, instance, DAY)["raw_events"]["run_spark_jobs"]
+        rows[path] = [
+            sorted((r["message_id"] or "", r["raw_line"]) for r in delta_rows(settings, table, DAY))
+            for table in ("raw_events", "rejected_events")
+        ]
+    assert jobs["driver"] == 1 and jobs["spark"] > 1
+    assert rows["driver"] == rows["spark"]
+    assert [len(found) for found in rows["driver"]] == [200, 2]

@@ -102,6 +102,9 @@ class DeltaRsTables(DeltaRsReads, ABC):
         )
         return self.fits_on_driver(held + size)
 
+    def collects_on_driver(self, size: int) -> bool:
+        return self.fits_on_driver(size)
+
     def fits_on_driver(self, size: int) -> bool:
         """Whether `size` bytes (files read and rows added) are within `driver_write_bytes`."""
         return size <= self._driver_write_bytes

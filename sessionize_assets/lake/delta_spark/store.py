@@ -135,6 +135,9 @@ class DeltaSparkStore(DeltaSparkCommits):
     def driver_write_size(self, df: DataFrame) -> int | None:
         return None  # its data tables are written by Delta Spark
 
+    def collects_on_driver(self, size: int) -> bool:
+        return False
+
     def replace_partitions(
         self,
         spec: TableSpec,
