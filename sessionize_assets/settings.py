@@ -109,8 +109,10 @@ class Settings:
     # Up to this estimated size (bytes of the plan's inputs, as Spark's optimizer reckons them)
     # the embedded backend collects a write's rows with Arrow and writes its Parquet files
     # from the driver: a daily batch's few thousand rows cost one collect instead of Spark's
-    # writer job and commit protocol. Above it, and with no estimate, Spark writes them
-    # (a backfill, a rebuild: the executors scale out). 0: Spark writes everything.
+    # writer job and commit protocol; a landing batch is collected up to four times this
+    # much text (`pipeline.ingest.COLLECTED_TEXT_FACTOR`). Above it, and with no estimate,
+    # Spark writes them (a backfill, a rebuild: the executors scale out). 0: Spark writes
+    # everything.
     driver_write_bytes: int = DEFAULT_DRIVER_WRITE_BYTES
 
     def __post_init__(self) -> None:
