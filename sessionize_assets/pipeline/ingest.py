@@ -42,10 +42,10 @@ from sessionize_assets.transforms.validation import (
 COLLECTED_TEXT_PER_PARTITION = 16 << 20
 # A batch whose text is known (`text_bytes`) is collected to the driver up to this many times
 # `driver_write_bytes` of it: its rows are held in the driver's Python process (at the peak,
-# the collected rows, the accepted ones and the write's sorted copy: about 7 bytes a byte of
+# the collected rows, the accepted ones and the write's sorted copy: about 8 bytes a byte of
 # text), not in Spark's heap, which hands them over a partition of COLLECTED_TEXT_PER_PARTITION
 # at a time. A day of the full size's zone (66 MB of text) is ingested in one Spark job
-# instead of five by Spark's writer, in two thirds of the time (docs/benchmarks.md).
+# instead of five by Spark's writer, in about 60% of the time (docs/benchmarks.md).
 COLLECTED_TEXT_FACTOR = 4
 # The most text one partition holds when a large batch's copies are ranked by Spark's
 # executors (`rank_copies` sorts each partition's parsed rows, about twice their text). In

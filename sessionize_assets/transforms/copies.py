@@ -80,9 +80,9 @@ def split_collected(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
     rows (every column of `rows`), and the rejections (REJECTION_COLUMNS, `origin` and a null
     `event_date`), the invalid lines first, then the copies that lost.
 
-    The rows are ordered by index alone (invalid lines last, then by batch, messageId and
-    COPY_ORDER), so each table is one copy of its rows: a batch's text is most of the driver's
-    memory here."""
+    The rule is decided on an ordering of the rows' indices (invalid lines last, then by
+    batch, messageId and COPY_ORDER), and each table is filtered from `rows` once: a batch's
+    text is most of the driver's memory here."""
     invalid = pc.is_valid(rows.column("reason"))
     order = pc.sort_indices(
         rows.select(["received_date", "message_id", *COPY_ORDER]).append_column(
@@ -103,7 +103,7 @@ def split_collected(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
         )
         # Back in the rows' order (the inverse of `order`); an invalid line never loses.
         sorted_loses = pa.concat_arrays([pa.array([False]), *repeated.chunks])
-        loses = pc.and_(sorted_loses.take(pc.sort_indices(order)), pc.invert(invalid))
+        loses = pc.and_kleene(sorted_loses.take(pc.sort_indices(order)), pc.invert(invalid))
     duplicates = rows.filter(loses).select(REJECTION_COLUMNS)
     duplicates = duplicates.set_column(
         1, "reason", pa.array([DUPLICATE] * duplicates.num_rows, pa.string())
@@ -112,4 +112,4 @@ def split_collected(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
     rejected = rejected.append_column(
         "origin", pa.array([INGEST] * rejected.num_rows, pa.string())
     ).append_column("event_date", pa.nulls(rejected.num_rows, pa.date32()))
-    return rows.filter(pc.and_(pc.invert(invalid), pc.invert(loses))), rejected
+    return rows.filter(pc.invert(pc.or_kleene(invalid, loses))), rejected
