@@ -78,26 +78,27 @@ def _sessions_by_channel(store: DeltaStore) -> list[str]:
     daily = store.read_arrow(
         DAILY_SESSIONS, columns=["session_date", "channel", "sessions", "engaged_sessions"]
     )
-    counts: dict[str | None, list[int]] = {}
-    for row in daily.to_pylist():
-        if row["channel"] == ALL_CHANNELS or row["session_date"] in behind:
-            continue
-        held = counts.setdefault(row["channel"], [0, 0])
-        held[0] += row["sessions"]
-        held[1] += row["engaged_sessions"]
+    rows = [
+        (row["channel"], row["sessions"], row["engaged_sessions"])
+        for row in daily.to_pylist()
+        if row["channel"] != ALL_CHANNELS and row["session_date"] not in behind
+    ]
     if behind:
-        for r in (
-            store.read(SESSIONS, partitions=behind)
+        rows += [
+            (r.channel, r.sessions, r.engaged or 0)
+            for r in store.read(SESSIONS, partitions=sorted(behind))
             .groupBy("channel")
             .agg(
                 F.count(F.lit(1)).alias("sessions"),
                 F.sum(F.col("is_engaged").cast("int")).alias("engaged"),
             )
             .collect()
-        ):
-            held = counts.setdefault(r.channel, [0, 0])
-            held[0] += r.sessions
-            held[1] += r.engaged or 0
+        ]
+    counts: dict[str | None, list[int]] = {}
+    for channel, sessions, engaged_sessions in rows:
+        held = counts.setdefault(channel, [0, 0])
+        held[0] += sessions
+        held[1] += engaged_sessions
     total = sum(sessions for sessions, _ in counts.values())
     if not total:
         return []

@@ -58,15 +58,10 @@ def split_batch(ranked: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Accepted events and rejections of each batch (`rank_copies`' output), with the
     in-batch duplicates (a COPY_RANK over 1) rejected."""
     accepted = ranked.where(F.col(COPY_RANK) == 1).drop(COPY_RANK, "reason", "detail", "raw_bytes")
-    duplicates = ranked.where(F.col(COPY_RANK) > 1).select(
-        *(
-            F.lit(DUPLICATE).alias(name)
-            if name == "reason"
-            else F.lit(DUPLICATE_DETAIL).alias(name)
-            if name == "detail"
-            else F.col(name)
-            for name in REJECTION_COLUMNS
-        )
+    duplicates = (
+        ranked.where(F.col(COPY_RANK) > 1)
+        .withColumns({"reason": F.lit(DUPLICATE), "detail": F.lit(DUPLICATE_DETAIL)})
+        .select(*REJECTION_COLUMNS)
     )
     invalid = ranked.where(F.col("reason").isNotNull()).select(*REJECTION_COLUMNS)
     rejected = invalid.unionByName(duplicates).select(
@@ -105,9 +100,12 @@ def split_collected(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
         sorted_loses = pa.concat_arrays([pa.array([False]), *repeated.chunks])
         loses = pc.and_kleene(sorted_loses.take(pc.sort_indices(order)), pc.invert(invalid))
     duplicates = rows.filter(loses).select(REJECTION_COLUMNS)
-    duplicates = duplicates.set_column(
-        1, "reason", pa.array([DUPLICATE] * duplicates.num_rows, pa.string())
-    ).set_column(2, "detail", pa.array([DUPLICATE_DETAIL] * duplicates.num_rows, pa.string()))
+    for name, value in (("reason", DUPLICATE), ("detail", DUPLICATE_DETAIL)):
+        duplicates = duplicates.set_column(
+            REJECTION_COLUMNS.index(name),
+            name,
+            pa.array([value] * duplicates.num_rows, pa.string()),
+        )
     rejected = pa.concat_tables([rows.filter(invalid).select(REJECTION_COLUMNS), duplicates])
     rejected = rejected.append_column(
         "origin", pa.array([INGEST] * rejected.num_rows, pa.string())

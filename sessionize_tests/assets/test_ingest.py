@@ -302,6 +302,21 @@ def test_a_range_of_batches_is_one_run_reporting_each_partition(settings, instan
     assert reported[("rejected_events", DAY.isoformat())]["dagster/row_count"] == 1
 
 
+def _landed(
+    settings: Settings, instance: DagsterInstance, name: str, content: bytes
+) -> tuple[int, list[list[tuple[str, str]]]]:
+    """Land `content` as the file `name` of DAY's batch and ingest it: the run's Spark jobs,
+    and the (messageId, line) of `raw_events` and of `rejected_events`."""
+    folder = settings.landing_dir / f"received_date={DAY.isoformat()}"
+    folder.mkdir(parents=True)
+    (folder / name).write_bytes(content)
+    jobs = ingest(settings, instance, DAY)["raw_events"]["run_spark_jobs"]
+    return jobs, [
+        sorted((r["message_id"] or "", r["raw_line"]) for r in delta_rows(settings, table, DAY))
+        for table in ("raw_events", "rejected_events")
+    ]
+
+
 def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_text(
     tmp_path, instance, monkeypatch
 ):
@@ -315,14 +330,9 @@ def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_t
     for spread, per_partition in (("shuffle", len(text)), ("many", 2_000)):
         monkeypatch.setattr(ingest_module, "COLLECTED_TEXT_PER_PARTITION", per_partition)
         settings = make_settings(tmp_path / spread)
-        folder = settings.landing_dir / f"received_date={DAY.isoformat()}"
-        folder.mkdir(parents=True)
-        (folder / "part.jsonl.gz").write_bytes(gzip.compress(text))
-        jobs[spread] = ingest(settings, instance, DAY)["raw_events"]["run_spark_jobs"]
-        rows[spread] = [
-            sorted((r["message_id"] or "", r["raw_line"]) for r in delta_rows(settings, table, DAY))
-            for table in ("raw_events", "rejected_events")
-        ]
+        jobs[spread], rows[spread] = _landed(
+            settings, instance, "part.jsonl.gz", gzip.compress(text)
+        )
     assert jobs == {"shuffle": 1, "many": 1}
     assert rows["many"] == rows["shuffle"]
     assert [len(found) for found in rows["many"]] == [300, 2]
@@ -339,14 +349,7 @@ def test_a_batch_is_collected_to_the_driver_by_its_text(tmp_path, instance):
     rows, jobs = {}, {}
     for path, bound in (("driver", len(text) // factor), ("spark", len(text) // factor - 1)):
         settings = make_settings(tmp_path / path, driver_write_bytes=bound)
-        folder = settings.landing_dir / f"received_date={DAY.isoformat()}"
-        folder.mkdir(parents=True)
-        (folder / "part.jsonl").write_bytes(text)
-        jobs[path] = ingest(settings, instance, DAY)["raw_events"]["run_spark_jobs"]
-        rows[path] = [
-            sorted((r["message_id"] or "", r["raw_line"]) for r in delta_rows(settings, table, DAY))
-            for table in ("raw_events", "rejected_events")
-        ]
+        jobs[path], rows[path] = _landed(settings, instance, "part.jsonl", text)
     assert jobs["driver"] == 1 and jobs["spark"] > 1
     assert rows["driver"] == rows["spark"]
     assert [len(found) for found in rows["driver"]] == [200, 2]
