@@ -10,18 +10,27 @@ from datetime import date, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from sessionize_assets.checks import scope
 from sessionize_assets.checks.rules import (
+    SESSION_CHECK_COLUMNS,
+    Finding,
     duplicate_event_ids,
+    duplicate_event_ids_rows,
+    evaluate,
     malformed_sessions,
+    malformed_sessions_rows,
     overlapping_sessions,
+    overlapping_sessions_rows,
     quarantine_mismatch,
+    quarantine_mismatch_rows,
     snapshot_off_intervals,
     unaccounted_lines,
+    unaccounted_lines_rows,
     unbalanced_snapshot,
 )
 from sessionize_assets.checks.scope import rows_less
@@ -57,28 +66,69 @@ def session(spark, rows):
     return spark.createDataFrame(data, SESSIONS.schema)
 
 
-def test_duplicate_event_ids(spark):
+# A rule counted by Spark's job, or on the driver for Arrow rows (`rules.*_rows`).
+ENGINES = pytest.mark.parametrize("engine", ["spark", "driver"])
+
+
+@ENGINES
+def test_duplicate_event_ids(spark, engine):
     other = D + timedelta(days=2)
     events = spark.createDataFrame(
         [("a", D), ("b", D), ("a", other)], "event_id string, event_date date"
     )
-    finding = duplicate_event_ids(events).finding()
+
+    def duplicated(frame) -> Finding:
+        if engine == "spark":
+            return duplicate_event_ids(frame).finding()
+        return duplicate_event_ids_rows(frame.toArrow())
+
+    finding = duplicated(events)
     assert finding.violations == 1 and finding.sample == ["a x2"]
     assert finding.dates == [D, other]  # both copies' dates are recomputed to heal it
-    assert duplicate_event_ids(events.where("event_date = DATE'2026-01-05'")).finding().passed
+    assert duplicated(events.where("event_date = DATE'2026-01-05'")).passed
 
 
-def test_overlapping_sessions(spark):
+def overlapping(frame, engine) -> Finding:
+    if engine == "spark":
+        return overlapping_sessions(frame).finding()
+    return overlapping_sessions_rows(frame.toArrow())
+
+
+def malformed(frame, engine, max_length) -> Finding:
+    if engine == "spark":
+        return malformed_sessions(frame, max_length=max_length).finding()
+    return malformed_sessions_rows(frame.toArrow(), max_length=max_length)
+
+
+def mismatched(sessions, quarantine, engine) -> Finding:
+    if engine == "spark":
+        return quarantine_mismatch(sessions, quarantine).finding()
+    return quarantine_mismatch_rows(sessions.toArrow(), quarantine.toArrow())
+
+
+@ENGINES
+def test_overlapping_sessions(spark, engine):
     ok = session(
         spark, [("s1", "u", (8, 0), (9, 0), 2, False), ("s2", "u", (10, 0), (11, 0), 2, False)]
     )
-    assert overlapping_sessions(ok).finding().passed
+    assert overlapping(ok, engine).passed
     bad = session(
         spark, [("s1", "u", (8, 0), (9, 0), 2, False), ("s2", "u", (8, 30), (11, 0), 2, False)]
     )
-    finding = overlapping_sessions(bad).finding()
+    finding = overlapping(bad, engine)
     assert finding.violations == 1 and finding.dates == [D]
     assert finding.sample == ["u: 2026-01-05 08:00:00..2026-01-05 09:00:00"]
+    # Starting at the very moment the one before ends is overlapping it too; another user's
+    # session is not.
+    touching = session(
+        spark,
+        [
+            ("s1", "u", (8, 0), (9, 0), 2, False),
+            ("s2", "u", (9, 0), (9, 30), 2, False),
+            ("s3", "v", (8, 30), (9, 30), 2, False),
+        ],
+    )
+    assert overlapping(touching, engine).sample == ["u: 2026-01-05 08:00:00..2026-01-05 09:00:00"]
 
 
 def test_overlapping_sessions_on_some_dates_include_the_day_before(spark):
@@ -97,24 +147,110 @@ def test_overlapping_sessions_on_some_dates_include_the_day_before(spark):
     assert overlapping_sessions(sessions, dates=[D + timedelta(days=2)]).finding().passed
 
 
-def test_malformed_sessions(spark):
+@ENGINES
+def test_malformed_sessions(spark, engine):
     good = session(spark, [("s1", "u", (8, 0), (9, 0), 2, False)])
-    assert malformed_sessions(good, max_length=timedelta(hours=24)).finding().passed
-    too_long = malformed_sessions(good, max_length=timedelta(minutes=30)).finding()
+    assert malformed(good, engine, timedelta(hours=24)).passed
+    too_long = malformed(good, engine, timedelta(minutes=30))
     assert too_long.sample == ["s1: 2026-01-05 08:00:00..2026-01-05 09:00:00 n=2"]
     empty = session(spark, [("s1", "u", (8, 0), (9, 0), 0, False)])
-    assert malformed_sessions(empty, max_length=timedelta(hours=24)).finding().violations == 1
+    assert malformed(empty, engine, timedelta(hours=24)).violations == 1
 
 
-def test_quarantine_mismatch(spark):
+@ENGINES
+def test_quarantine_mismatch(spark, engine):
     sessions = session(spark, [("s1", "u", (8, 0), (9, 0), 2, True)])
     listed = sessions.select("session_id", "session_date")
-    assert quarantine_mismatch(sessions, listed).finding().passed
-    missing = quarantine_mismatch(sessions, listed.limit(0)).finding()
+    assert mismatched(sessions, listed, engine).passed
+    missing = mismatched(sessions, listed.limit(0), engine)
     assert missing.violations == 1 and missing.dates == [D]
 
 
-def test_unaccounted_lines(spark):
+_MINUTES = st.integers(0, 3 * 24 * 60)
+
+
+# Spark's rules take a few seconds an example: each example holds many sessions of a few users.
+@examples(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["s1", "s2", "s3", "s4", "s5", "s6"]),  # repeated: written twice
+            st.sampled_from(["u", "v", "w"]),
+            _MINUTES,
+            st.integers(-30, 3 * 60),  # minutes to its end: some end before they start
+            st.integers(0, 999_999),  # microseconds, which the sample prints
+            st.integers(-1, 3),  # events
+            st.booleans(),  # the session date is its start's, or the day after
+            st.booleans(),  # flagged
+        ),
+        max_size=24,
+    ),
+    listed=st.lists(st.tuples(st.sampled_from(["s1", "s2", "s7"]), st.booleans()), max_size=6),
+)
+def test_the_sessions_rules_find_the_same_on_the_driver_as_in_spark(spark, rows, listed):
+    """The sessions rules on Arrow rows (a small run's checks) find what Spark's find: the
+    count, the sample's text and the dates, for sessions that overlap, run backwards or too
+    long, sit on the wrong date, are flagged without a quarantine row or listed unflagged."""
+    start = datetime(2026, 1, 4)
+    data = []
+    for sid, user, minute, length, micros, count, own_date, flagged in rows:
+        begin = start + timedelta(minutes=minute, microseconds=micros)
+        end = begin + timedelta(minutes=length)
+        day = begin.date() if own_date else begin.date() + timedelta(days=1)
+        seconds = (end - begin).total_seconds()
+        data.append((sid, user, day, begin, end, seconds, count, flagged))
+    schema = SESSIONS.schema
+    sessions = spark.createDataFrame(
+        data, StructType([schema[name] for name in SESSION_CHECK_COLUMNS])
+    )
+    arrow = pa.table(
+        {
+            name: pa.array([row[i] for row in data], type_)
+            for i, (name, type_) in enumerate(
+                zip(SESSION_CHECK_COLUMNS, ARROW_CHECK_TYPES, strict=True)
+            )
+        }
+    )
+    listed_rows = [(sid, D if on_d else D + timedelta(days=1)) for sid, on_d in listed]
+    quarantine = spark.createDataFrame(listed_rows, "session_id string, session_date date")
+    max_length = timedelta(hours=2)
+    in_spark = evaluate(
+        {
+            "overlap": overlapping_sessions(sessions),
+            "malformed": malformed_sessions(sessions, max_length=max_length),
+            "quarantine": quarantine_mismatch(sessions, quarantine),
+        }
+    )
+    assert in_spark == {
+        "overlap": overlapping_sessions_rows(arrow),
+        "malformed": malformed_sessions_rows(arrow, max_length=max_length),
+        "quarantine": quarantine_mismatch_rows(
+            arrow,
+            pa.table(
+                {
+                    "session_id": pa.array([sid for sid, _ in listed_rows], pa.string()),
+                    "session_date": pa.array([day for _, day in listed_rows], pa.date32()),
+                }
+            ),
+        ),
+    }
+
+
+# The types delta-rs reads `SESSION_CHECK_COLUMNS` with (timestamps in UTC).
+ARROW_CHECK_TYPES = (
+    pa.string(),
+    pa.string(),
+    pa.date32(),
+    pa.timestamp("us", tz="UTC"),
+    pa.timestamp("us", tz="UTC"),
+    pa.float64(),
+    pa.int64(),
+    pa.bool_(),
+)
+
+
+@ENGINES
+def test_unaccounted_lines(spark, engine):
     late = D - timedelta(days=3)
     raw = spark.createDataFrame(
         [(D, D), (D, D), (D, D), (D, late)], "received_date date, event_date date"
@@ -126,15 +262,21 @@ def test_unaccounted_lines(spark):
         [(D, "events", D), (D, "ingest", None)],
         "received_date date, origin string, event_date date",
     )
-    assert unaccounted_lines(raw, events, rejected).finding().passed
-    assert unaccounted_lines(raw, events.limit(2), rejected).finding().violations == 1
-    short = unaccounted_lines(raw, events.where(F.col("event_date") == D), rejected).finding()
+
+    def unaccounted(events) -> Finding:
+        if engine == "spark":
+            return unaccounted_lines(raw, events, rejected).finding()
+        return unaccounted_lines_rows(raw.toArrow(), events.toArrow(), rejected.toArrow())
+
+    assert unaccounted(events).passed
+    assert unaccounted(events.limit(2)).violations == 1
+    short = unaccounted(events.where(F.col("event_date") == D))
     assert short.sample == [f"{D} -> {late}: raw 1 != 0 + 0"]
     # Per event date: one date's extra row does not hide another's missing one.
     moved = events.where(F.col("event_date") == D).unionByName(
         spark.createDataFrame([(D, D)], "received_date date, event_date date")
     )
-    finding = unaccounted_lines(raw, moved, rejected).finding()
+    finding = unaccounted(moved)
     assert finding.violations == 2 and finding.dates == [late, D]
 
 
@@ -256,25 +398,17 @@ def _passed_in_run(job, *, run_id: str, first: date, last: date) -> bool:
 # A small run's writes are read on the driver, a large one's by Spark
 # (`Settings.driver_write_bytes`): the same checks, either way.
 PLACEMENTS = pytest.mark.parametrize(
-    ("driver_write_bytes", "near_files_read_on_driver"),
-    [
-        (DEFAULT_DRIVER_WRITE_BYTES, scope.NEAR_FILES_READ_ON_DRIVER),
-        (DEFAULT_DRIVER_WRITE_BYTES, 0),
-        (0, scope.NEAR_FILES_READ_ON_DRIVER),
-    ],
-    ids=["on-the-driver", "near-sessions-on-the-driver", "by-spark"],
+    "driver_write_bytes", [DEFAULT_DRIVER_WRITE_BYTES, 0], ids=["on-the-driver", "by-spark"]
 )
 
 
 @PLACEMENTS
 def test_checks_in_a_run_read_what_it_wrote_and_catch_what_it_broke(
-    spark, settings, store, driver_write_bytes, near_files_read_on_driver, monkeypatch
+    spark, settings, store, driver_write_bytes
 ):
     """In a materialization run each check reads the rows the run wrote and their neighbours
     (found by key), so a violation the run made fails it, and one elsewhere is not read."""
     from dagster import instance_for_test
-
-    monkeypatch.setattr(scope, "NEAR_FILES_READ_ON_DRIVER", near_files_read_on_driver)
 
     from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
     from sessionize_assets.partitions import RANGE_END, RANGE_START

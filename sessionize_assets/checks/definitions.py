@@ -19,13 +19,14 @@ run commits between its reads of tables that must agree.
 """
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import reduce
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -43,11 +44,16 @@ from sessionize_assets.checks.rules import (
     Finding,
     Violations,
     duplicate_event_ids,
+    duplicate_event_ids_rows,
     evaluate,
     malformed_sessions,
+    malformed_sessions_rows,
     overlapping_sessions,
+    overlapping_sessions_rows,
     quarantine_mismatch,
+    quarantine_mismatch_rows,
     unaccounted_lines,
+    unaccounted_lines_rows,
 )
 from sessionize_assets.checks.scope import (
     RunWrites,
@@ -57,7 +63,7 @@ from sessionize_assets.checks.scope import (
     frame_of,
     pairs_of,
     sessions_near,
-    sessions_near_on_driver,
+    sessions_near_rows,
     written,
 )
 from sessionize_assets.lake.store import DeltaStore
@@ -70,7 +76,7 @@ from sessionize_assets.lake.tables import (
 )
 from sessionize_assets.partitions import days_around
 from sessionize_assets.pipeline.event_ids import index_copies
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, pair_filter, rows_with_keys
+from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL
 from sessionize_assets.pipeline.manifests import (
     InputKey,
     batch_inputs,
@@ -125,10 +131,10 @@ SESSIONS_CHECKS = {
 
 # The sessions checks read the `SESSION_CHECK_COLUMNS` of a run's files, a small share of their
 # bytes (the attributes are most of them): they read them on the driver (`scope.changed_rows`,
-# `scope.sessions_near_on_driver`) for a run whose sessions and quarantine files hold up to
-# this many times `Settings.driver_write_bytes`. A full-size daily batch rewrote 57 MB of
-# sessions files (docs/benchmarks.md): its changed rows were read there in 1.6 s (the process's
-# peak 636 MB), where Spark took two jobs and 20 s.
+# `scope.sessions_near_rows`), and check them there, for a run whose sessions and quarantine
+# files hold up to this many times `Settings.driver_write_bytes`. A full-size daily batch
+# rewrote 57 MB of sessions files (docs/benchmarks.md): its changed rows were read there in
+# 1.6 s (the process's peak 636 MB), where Spark took two jobs and 20 s.
 SESSION_CHECK_BYTES_FACTOR = 4
 # The columns of the rows a small run added to `events` that its checks read on the driver:
 # the ids `unique_event_ids` looks up, the inputs `every_line_accounted` counts.
@@ -149,14 +155,15 @@ class CheckStep:
 
 
 # The violations of a step's selected checks, by check name.
-Rules = Callable[[CheckStep], dict[str, Violations]]
+Rules = Callable[[CheckStep], Mapping[str, Violations | Finding]]
 
 
 def lake_checks(
     *, name: str, checks: dict[str, LakeCheck], recompute: Callable[..., None]
 ) -> Callable[[Rules], AssetChecksDefinition]:
-    """A step of blocking checks of the lake, evaluated together in one Spark job
-    (`rules.evaluate`), holding the lake's writer lock while it reads.
+    """A step of blocking checks of the lake, evaluated together in one Spark job, or on the
+    driver for rows read there (`rules.evaluate`), holding the lake's writer lock while it
+    reads.
 
     Each check can run alone (the step is subsettable). A failed check marks the dates of its
     violations to be derived again (`recompute`: `recompute_event_dates` or
@@ -267,7 +274,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
     reach = math.ceil(settings.max_session_length / timedelta(days=1))
 
     @lake_checks(name="events_checks", checks=EVENTS_CHECKS, recompute=recompute_event_dates)
-    def events_checks(step: CheckStep) -> dict[str, Violations]:
+    def events_checks(step: CheckStep) -> dict[str, Violations | Finding]:
         """The events invariants: unique ids over every date, every line accounted for."""
         context, store, selected = step.context, step.store, step.selected
         writes = written(context, store, EVENTS)
@@ -277,55 +284,49 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
             if writes and writes.added and writes.within(settings.driver_write_bytes)
             else None
         )
-        rules: dict[str, Violations] = {}
+        rules: dict[str, Violations | Finding] = {}
         if "unique_event_ids" in selected:
-            rules["unique_event_ids"] = duplicate_event_ids(
-                _events_with_ids_added(step, writes, added=added)
-                if writes and writes.added
-                else store.read(EVENTS, partitions=covered_dates(context, [writes]))
-            )
+            if writes and writes.added and added is not None:
+                rules["unique_event_ids"] = duplicate_event_ids_rows(
+                    _ids_near_added(step, writes, added=added)
+                )
+            else:
+                # Alone, the dates covered; a run whose files outgrow the driver (a backlog, a
+                # large re-delivery) is not looked up: finding its copies would read every hash
+                # of the id index and then the ids of every date holding one, in Spark jobs of
+                # their own; every id of `events`, read whole in the rules' job, costs about
+                # that read alone, and checks a superset.
+                rules["unique_event_ids"] = duplicate_event_ids(
+                    store.read(EVENTS).select("event_date", "event_id")
+                    if writes and writes.added
+                    else store.read(EVENTS, partitions=covered_dates(context, [writes]))
+                )
         if "every_line_accounted" in selected:
-            rules["every_line_accounted"] = unaccounted_lines(
-                *_accounted_rows(step, writes, added=added)
-            )
+            rules["every_line_accounted"] = _accounted(step, writes, added=added)
         return rules
 
-    def _accounted_rows(
+    def _accounted(
         step: CheckStep, writes: RunWrites | None, *, added: pa.Table | None
-    ) -> tuple[DataFrame, DataFrame, DataFrame]:
-        """The raw rows, events and duplicate rejections `every_line_accounted` counts: of
-        every input (batch, event date) the run read or changed the count of, when its
-        manifest commit names what it read and its files fit the driver (a daily batch's);
-        otherwise of every input of the dates it wrote, or of the whole tables alone."""
+    ) -> Violations | Finding:
+        """`every_line_accounted` of the raw rows, events and duplicate rejections of every
+        input (batch, event date) the run read or changed the count of, on the driver, when
+        its manifest commit names what it read and its files fit the driver (a daily
+        batch's); otherwise of every input of the dates it wrote, or of the whole tables
+        alone, by Spark."""
         context, store = step.context, step.store
         dates = covered_dates(context, [writes])
         if dates is None:
-            return store.read(RAW_EVENTS), store.read(EVENTS), store.read(REJECTED_EVENTS)
+            return unaccounted_lines(
+                store.read(RAW_EVENTS), store.read(EVENTS), store.read(REJECTED_EVENTS)
+            )
         inputs = _inputs_counted(step, writes, added=added)
         if inputs is not None:
-            batches = sorted({received for _, received in inputs})
-            keep = pair_filter(
-                ((received, day) for day, received in inputs),
-                partition="received_date",
-                key="event_date",
-            )
-            # Of `events`, the files whose `received_date` statistics can hold one of the
-            # inputs' batches on its date: a daily batch's are the files it added, where
-            # reading the dates it reached opened every file of the history (1,256 at the
-            # full size).
-            files = store.files_with_values(
-                EVENTS, column="received_date", values=_batches_by_date(inputs)
-            )
-            return (
-                store.read(RAW_EVENTS, partitions=batches).where(keep),
-                store.read_files(EVENTS, files).where(F.col("received_date").isin(batches) & keep),
-                store.read(REJECTED_EVENTS, partitions=batches).where(keep),
-            )
+            return unaccounted_lines_rows(*_input_rows(store, inputs))
         # The batches holding events of these dates (from the index), those dates only.
         held = batch_inputs(store, dates).values()
         batches = sorted({received for inputs in held for _, received in inputs})
         on_dates = F.col("event_date").isin(dates)
-        return (
+        return unaccounted_lines(
             store.read(RAW_EVENTS, partitions=batches).where(on_dates),
             store.read(EVENTS, partitions=dates),
             store.read(REJECTED_EVENTS, partitions=batches).where(on_dates),
@@ -363,7 +364,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         return inputs if len(inputs) <= PUSHED_KEYS_TOTAL else None
 
     @lake_checks(name="sessions_checks", checks=SESSIONS_CHECKS, recompute=recompute_session_dates)
-    def sessions_checks(step: CheckStep) -> dict[str, Violations]:
+    def sessions_checks(step: CheckStep) -> dict[str, Violations | Finding]:
         """The sessions invariants: no overlaps, well formed, the quarantine matches the flag."""
         context, store, selected = step.context, step.store, step.selected
         sessions_written = written(context, store, SESSIONS)
@@ -384,7 +385,6 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
         rows_changed: pa.Table | None = None  # on the driver
         if on_driver and sessions_written is not None:
             rows_changed = changed_rows(store, SESSIONS, sessions_written, SESSION_CHECK_COLUMNS)
-            changed = frame_of(step.spark, SESSIONS, rows_changed)
         elif sessions_written and sessions_written.added:
             changed = step.cache(
                 store.read_files(SESSIONS, sessions_written.added)
@@ -395,20 +395,27 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                     )
                 )
             )
-        rules: dict[str, Violations] = {}
+        rules: dict[str, Violations | Finding] = {}
         if "sessions_well_formed" in selected:
-            rows = changed
-            if rows is None:
-                rows = store.read(SESSIONS, partitions=covered_dates(context, [sessions_written]))
-            rules["sessions_well_formed"] = malformed_sessions(
-                rows, max_length=settings.max_session_length
-            )
+            max_length = settings.max_session_length
+            if rows_changed is not None:
+                rules["sessions_well_formed"] = malformed_sessions_rows(
+                    rows_changed, max_length=max_length
+                )
+            else:
+                rows = changed
+                if rows is None:
+                    dates = covered_dates(context, [sessions_written])
+                    rows = store.read(SESSIONS, partitions=dates)
+                rules["sessions_well_formed"] = malformed_sessions(rows, max_length=max_length)
         pair = ["session_date", "user_id"]
         # The (date, user) pairs whose sessions the other two checks read, found by user in
         # one lookup: a changed session's user can overlap its sessions within reach; a
         # quarantine mismatch the run made involves a quarantine row of a date it wrote (there
         # are few), one it removed, or a flagged session it changed.
-        checks_overlap = "no_overlapping_sessions" in selected and changed is not None
+        checks_overlap = "no_overlapping_sessions" in selected and (
+            changed is not None or rows_changed is not None
+        )
         wanted: list[DataFrame] = []
         wanted_on_driver: dict[date, set[str]] = {}
         if checks_overlap:
@@ -416,20 +423,19 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 wanted_on_driver = pairs_of(rows_changed)
             elif changed is not None:
                 wanted.append(changed.select(*pair))
-        quarantine: DataFrame | None = None
+        quarantine: DataFrame | pa.Table | None = None
         listed = False
         quarantine_dates = covered_dates(context, [sessions_written, quarantine_written])
         if "quarantine_matches_flag" in selected:
             removed = quarantine_written.removed if quarantine_written else []
             if rows_changed is not None:
                 columns = ["session_id", "session_date", "user_id"]
-                held = store.read_arrow(
+                quarantine = store.read_arrow(
                     SESSION_QUARANTINE, partitions=quarantine_dates, columns=columns
                 )
-                quarantine = frame_of(step.spark, SESSION_QUARANTINE, held)
                 flagged = rows_changed.filter(rows_changed.column("is_quarantined"))
                 for rows in (
-                    held,
+                    quarantine,
                     store.read_files_arrow(SESSION_QUARANTINE, removed, columns=columns),
                     flagged,
                 ):
@@ -447,22 +453,22 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                     if changed is not None:
                         wanted.append(changed.where("is_quarantined").select(*pair))
                     listed = True
+        # The sessions near those pairs: on the driver for a run checked there, and the rules
+        # that read them checked there too; otherwise by Spark, for the rules' job.
         near: DataFrame | None = None
-        if on_driver and (checks_overlap or listed):
-            near = sessions_near_on_driver(
-                store,
-                step.spark,
-                wanted_on_driver,
-                before=reach,
-                after=reach,
-                columns=SESSION_CHECK_COLUMNS,
+        near_rows: pa.Table | None = None
+        if rows_changed is not None and (checks_overlap or listed):
+            near_rows = sessions_near_rows(
+                store, wanted_on_driver, before=reach, after=reach, columns=SESSION_CHECK_COLUMNS
             )
         elif wanted:
             near = sessions_near(
                 store, reduce(DataFrame.unionByName, wanted), before=reach, after=reach
             )
         if "no_overlapping_sessions" in selected:
-            if near is not None and checks_overlap:
+            if near_rows is not None and checks_overlap:
+                rules["no_overlapping_sessions"] = overlapping_sessions_rows(near_rows)
+            elif near is not None and checks_overlap:
                 rules["no_overlapping_sessions"] = overlapping_sessions(near)
             else:  # alone, or too many pairs to look up: the dates whole
                 dates = covered_dates(context, [sessions_written])
@@ -471,45 +477,49 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                     store.read(SESSIONS, partitions=around), dates=dates
                 )
         if quarantine is not None:
-            if near is not None and listed and quarantine_dates is not None:
-                # The looked-up users' sessions on the quarantine's dates: every listed pair's
-                # (their dates are among them), and any other flagged one of those users is
-                # compared with the quarantine of its date too.
-                sessions = near.where(F.col("session_date").isin(quarantine_dates))
-            else:  # alone, or too many pairs to look up: the dates whole
-                sessions = store.read(SESSIONS, partitions=quarantine_dates)
-            rules["quarantine_matches_flag"] = quarantine_mismatch(sessions, quarantine)
+            # The looked-up users' sessions on the quarantine's dates: every listed pair's
+            # (their dates are among them), and any other flagged one of those users is
+            # compared with the quarantine of its date too.
+            looked_up = listed and quarantine_dates is not None
+            if isinstance(quarantine, pa.Table) and near_rows is not None and looked_up:
+                on_dates = pc.is_in(
+                    near_rows.column("session_date"),
+                    pa.array(quarantine_dates, near_rows.schema.field("session_date").type),
+                )
+                rules["quarantine_matches_flag"] = quarantine_mismatch_rows(
+                    near_rows.filter(on_dates), quarantine
+                )
+            else:
+                if isinstance(quarantine, pa.Table):  # too many pairs to look up on the driver
+                    quarantine = frame_of(step.spark, SESSION_QUARANTINE, quarantine)
+                if near is not None and looked_up:
+                    sessions = near.where(F.col("session_date").isin(quarantine_dates))
+                else:  # alone, or too many pairs to look up: the dates whole
+                    sessions = store.read(SESSIONS, partitions=quarantine_dates)
+                rules["quarantine_matches_flag"] = quarantine_mismatch(sessions, quarantine)
         return rules
 
     return [events_checks, sessions_checks]
 
 
-def _events_with_ids_added(
-    step: CheckStep, writes: RunWrites, *, added: pa.Table | None
-) -> DataFrame:
-    """The `events` rows that can share an id with a row the run added: every row of the live
-    files it added, and of the other files, the rows of the ids' copies that the id index
-    places in them; for a run whose files outgrow the driver, every row of `events`.
+def _ids_near_added(step: CheckStep, writes: RunWrites, *, added: pa.Table) -> pa.Table:
+    """The `event_date` and `event_id` of the `events` rows that can share an id with a row
+    the run added (`added`, read on the driver): every row of the live files it added, and of
+    the other files, the rows of the ids' copies that the id index places in them; read on
+    the driver.
 
     A row in a file the run did not write came from a copy in the index: on the copy's event
-    date, with the copy's batch as its `received_date`. So the run's ids (`added`, its rows
-    read on the driver) are looked up in the index by hash there (`index_copies`, no Spark
-    job), and each copy, and each added row, is looked for in the files of its date whose
-    min..max `received_date` in the log's statistics holds its batch (no data read). A daily
-    batch's own copies are then in the files it added alone, as every other file holds older
-    batches; an id with a copy in another batch, or a batch delivered again, leads to the files
-    of that copy's date. Before, every date a copy is on was read by id: at the full size, the
-    `event_id` of all 21 M rows (docs/benchmarks.md).
-
-    A run whose files do not fit the driver (a backlog, a large re-delivery) is not looked up:
-    finding its copies would read every hash of the id index and then the ids of every date
-    holding one, in Spark jobs of their own; every id of `events`, read whole in the rules'
-    job, costs about that read alone, and checks a superset.
+    date, with the copy's batch as its `received_date`. So the run's ids are looked up in the
+    index by hash there (`index_copies`, no Spark job), and each copy, and each added row, is
+    looked for in the files of its date whose min..max `received_date` in the log's
+    statistics holds its batch (no data read). A daily batch's own copies are then in the
+    files it added alone, as every other file holds older batches; an id with a copy in
+    another batch, or a batch delivered again, leads to the files of that copy's date. Before,
+    every date a copy is on was read by id: at the full size, the `event_id` of all 21 M rows
+    (docs/benchmarks.md).
     """
     store = step.store
     columns = ["event_date", "event_id"]
-    if added is None:
-        return store.read(EVENTS).select(*columns)
     # The added rows count as copies too, for a row whose batch the index lacks.
     copies = index_copies(store, added.column("event_id").to_pylist()) | set(
         zip(*(added.column(name).to_pylist() for name in COPY_KEY), strict=True)
@@ -520,7 +530,7 @@ def _events_with_ids_added(
     found = set(store.files_with_values(EVENTS, column="received_date", values=batches))
     mine = [path for path in writes.added if path in found]
     others = found - set(mine)
-    rows = store.read_files(EVENTS, mine).select(*columns)
+    rows = store.read_files_arrow(EVENTS, mine, columns=columns)
     if not others:
         return rows
     # The dates of those files: their copies' (date, id) pairs are looked for there.
@@ -530,13 +540,49 @@ def _events_with_ids_added(
         if not others.isdisjoint(paths)
     }
     pairs = sorted({(day, event_id) for day, event_id, _ in copies if day.isoformat() in held})
-    looked_up = rows_with_keys(
-        store.read_files(EVENTS, sorted(others)).select(*columns),
-        pairs,
-        schema="event_date date, event_id string",
-        listed=lambda: pair_filter(pairs, partition="event_date", key="event_id"),
+    near = store.read_files_arrow(EVENTS, sorted(others), columns=columns)
+    wanted = pa.table(
+        {
+            name: pa.array([pair[i] for pair in pairs], near.schema.field(name).type)
+            for i, name in enumerate(columns)
+        }
     )
-    return rows.unionByName(looked_up)
+    looked_up = near.join(wanted, keys=columns, join_type="left semi").select(columns)
+    return pa.concat_tables([rows, looked_up.cast(rows.schema)])
+
+
+def _input_rows(store: DeltaStore, inputs: set[InputKey]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The raw rows, events and duplicate rejections (`received_date`, `event_date`, and the
+    rejections' `origin`) of these inputs (event date, batch), read on the driver. Of
+    `events`, the files whose `received_date` statistics can hold one of the inputs' batches
+    on its date: a daily batch's are the files it added, where reading the dates it reached
+    opened every file of the history (1,256 at the full size)."""
+    key = ["received_date", "event_date"]
+    listed = sorted((received, day) for day, received in inputs)
+    batches = sorted({received for received, _ in listed})
+    on_dates = pc.field("event_date").isin(
+        pa.array(sorted({day for _, day in listed}), pa.date32())
+    )
+
+    def of_inputs(rows: pa.Table) -> pa.Table:
+        wanted = pa.table(
+            {
+                name: pa.array([pair[i] for pair in listed], rows.schema.field(name).type)
+                for i, name in enumerate(key)
+            }
+        )
+        return rows.join(wanted, keys=key, join_type="left semi")
+
+    files = store.files_with_values(EVENTS, column="received_date", values=_batches_by_date(inputs))
+    return (
+        of_inputs(store.read_arrow(RAW_EVENTS, partitions=batches, columns=key, where=on_dates)),
+        of_inputs(store.read_files_arrow(EVENTS, files, columns=key)),
+        of_inputs(
+            store.read_arrow(
+                REJECTED_EVENTS, partitions=batches, columns=[*key, "origin"], where=on_dates
+            )
+        ),
+    )
 
 
 def _batches_by_date(inputs: Iterable[tuple[date, date]]) -> dict[date, set[str]]:

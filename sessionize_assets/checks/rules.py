@@ -1,21 +1,25 @@
 """The SPEC's invariants: each returns the offending rows (`Violations`), `evaluate` counts them.
 
-Pure functions of DataFrames (Spark queries), or of Arrow tables for the lifecycle's few rows
-(checked on the driver), so each rule is unit-tested on a few rows; which rows a check hands
-them (the whole table, or what a run wrote) is decided in `scope.py`. The rules a check step
-runs are counted together, in one Spark job (`evaluate`): a passing step costs that job.
+Pure functions of DataFrames (Spark queries), so each rule is unit-tested on a few rows; which
+rows a check hands them (the whole table, or what a run wrote) is decided in `scope.py`. The
+rules a check step runs are counted together, in one Spark job (`evaluate`): a passing step
+costs that job. Rows already on the driver (a small run's writes, the lifecycle's few rows) are
+checked there, with Arrow, by the same rules written for Arrow tables (`*_rows`, each a
+`Finding` at once): no Spark job, and the rows are not handed to Spark for one.
 """
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import reduce
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from sessionize_assets.checks.scope import rows_less
 from sessionize_assets.transforms.lifecycle_states import STATES
 from sessionize_assets.transforms.validation import DEDUP
 
@@ -63,9 +67,17 @@ class Violations:
         return evaluate({"rule": self})["rule"]
 
 
-def evaluate(rules: Mapping[str, Violations]) -> dict[str, Finding]:
-    """Each rule's `Finding`, counted together: one Spark job when every rule holds, and one
-    more for the sample and the dates of the rules that do not."""
+def evaluate(rules: Mapping[str, Violations | Finding]) -> dict[str, Finding]:
+    """Each rule's `Finding`: those of Spark's rows counted together, one Spark job when every
+    rule holds, and one more for the sample and the dates of the rules that do not; those
+    checked on the driver (a `Finding` already) as they are. No job when all are."""
+    found = {name: rule for name, rule in rules.items() if isinstance(rule, Finding)}
+    queried = {name: rule for name, rule in rules.items() if isinstance(rule, Violations)}
+    return {**found, **_counted(queried)} if queried else found
+
+
+def _counted(rules: Mapping[str, Violations]) -> dict[str, Finding]:
+    """The Spark rules' findings, counted in one job (and one more when some fail)."""
     names = sorted(rules)
     tagged = reduce(
         DataFrame.unionByName,
@@ -118,6 +130,27 @@ def _text(*columns: str) -> list[Column]:
     return [F.col(name).cast("string") for name in columns]
 
 
+def _timestamp_text(value: datetime) -> str:
+    """A timestamp as Spark's `CAST(... AS STRING)` prints it in UTC (`_text`): seconds, then
+    the fraction without its trailing zeros."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
+
+
+def _found(lines: list[str], dates: Iterable[date | None]) -> Finding:
+    """A driver rule's `Finding`: as `evaluate` makes one, the first lines in text order."""
+    return Finding(
+        len(lines), sorted(lines)[:_SAMPLE], sorted({day for day in dates if day is not None})
+    )
+
+
+def _kept(table: pa.Table, mask: pa.ChunkedArray | pa.Array) -> pa.Table:
+    """The rows where `mask` is true (null, as in SQL's WHERE, is not)."""
+    return table.filter(pc.fill_null(mask, False))
+
+
 def duplicate_event_ids(events: DataFrame) -> Violations:
     bad = (
         events.groupBy("event_id")
@@ -126,6 +159,16 @@ def duplicate_event_ids(events: DataFrame) -> Violations:
     )
     return Violations(
         bad, describe=F.format_string("%s x%d", "event_id", "count"), dates=F.col("dates")
+    )
+
+
+def duplicate_event_ids_rows(events: pa.Table) -> Finding:
+    """`duplicate_event_ids` of Arrow rows (`event_id`, `event_date`), on the driver."""
+    grouped = events.group_by("event_id").aggregate([([], "count_all"), ("event_date", "distinct")])
+    bad = _kept(grouped, pc.greater(grouped.column("count_all"), 1)).to_pylist()
+    return _found(
+        [f"{row['event_id']} x{row['count_all']}" for row in bad],
+        [day for row in bad for day in row["event_date_distinct"]],
     )
 
 
@@ -166,11 +209,69 @@ def malformed_sessions(sessions: DataFrame, *, max_length: timedelta) -> Violati
     )
 
 
+def overlapping_sessions_rows(sessions: pa.Table) -> Finding:
+    """`overlapping_sessions` (without `dates`) of Arrow rows, on the driver: each user's
+    sessions in (session_start, session_id) order, a session whose next one starts before it
+    ends."""
+    ordered = sessions.sort_by(
+        [(name, "ascending") for name in ("user_id", "session_start", "session_id")]
+    )
+    if ordered.num_rows < 2:
+        return _found([], [])
+    last = ordered.num_rows - 1
+    column = ordered.column
+    bad = _kept(
+        ordered.slice(0, last).append_column("next_date", column("session_date").slice(1)),
+        pc.and_kleene(
+            pc.equal(column("user_id").slice(1), column("user_id").slice(0, last)),
+            pc.less_equal(column("session_start").slice(1), column("session_end").slice(0, last)),
+        ),
+    ).to_pylist()
+    return _found(
+        [
+            f"{row['user_id']}: {_timestamp_text(row['session_start'])}.."
+            f"{_timestamp_text(row['session_end'])}"
+            for row in bad
+        ],
+        [day for row in bad for day in (row["session_date"], row["next_date"])],
+    )
+
+
+def malformed_sessions_rows(sessions: pa.Table, *, max_length: timedelta) -> Finding:
+    """`malformed_sessions` of Arrow rows, on the driver."""
+    start, end = sessions.column("session_start"), sessions.column("session_end")
+    tests = (
+        pc.greater(start, end),
+        pc.less_equal(sessions.column("event_count"), 0),
+        pc.greater(sessions.column("duration_seconds"), max_length.total_seconds()),
+        pc.not_equal(pc.cast(start, pa.date32()), sessions.column("session_date")),
+    )
+    bad = _kept(sessions, reduce(pc.or_kleene, tests)).to_pylist()
+    return _found(
+        [
+            f"{row['session_id']}: {_timestamp_text(row['session_start'])}.."
+            f"{_timestamp_text(row['session_end'])} n={row['event_count']}"
+            for row in bad
+        ],
+        [row["session_date"] for row in bad],
+    )
+
+
 def quarantine_mismatch(sessions: DataFrame, quarantine: DataFrame) -> Violations:
     flagged = sessions.where("is_quarantined").select("session_id", "session_date")
     listed = quarantine.select("session_id", "session_date")
     bad = flagged.exceptAll(listed).unionByName(listed.exceptAll(flagged))
     return Violations(bad, describe=F.col("session_id"), dates=F.array("session_date"))
+
+
+def quarantine_mismatch_rows(sessions: pa.Table, quarantine: pa.Table) -> Finding:
+    """`quarantine_mismatch` of Arrow rows, on the driver: the flagged sessions and the
+    quarantine rows each less the other, as multisets (`scope.rows_less`)."""
+    key = ["session_id", "session_date"]
+    flagged = _kept(sessions, sessions.column("is_quarantined")).select(key)
+    listed = quarantine.select(key).cast(flagged.schema)
+    bad = pa.concat_tables([rows_less(flagged, listed), rows_less(listed, flagged)]).to_pylist()
+    return _found([row["session_id"] for row in bad], [row["session_date"] for row in bad])
 
 
 def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) -> Violations:
@@ -198,6 +299,33 @@ def unaccounted_lines(raw: DataFrame, events: DataFrame, rejected: DataFrame) ->
             "duplicates",
         ),
         dates=F.array("event_date"),
+    )
+
+
+def unaccounted_lines_rows(raw: pa.Table, events: pa.Table, rejected: pa.Table) -> Finding:
+    """`unaccounted_lines` of Arrow rows, on the driver: `raw` and `events` hold
+    `received_date` and `event_date`, `rejected` those and `origin`."""
+    key = ("received_date", "event_date")
+
+    def counts(rows: pa.Table) -> Counter[tuple]:
+        grouped = rows.group_by(list(key)).aggregate([([], "count_all")])
+        inputs = zip(*(grouped.column(name).to_pylist() for name in key), strict=True)
+        return Counter(dict(zip(inputs, grouped.column("count_all").to_pylist(), strict=True)))
+
+    duplicates = _kept(rejected, pc.equal(rejected.column("origin"), DEDUP))
+    lines, kept, copies = counts(raw), counts(events), counts(duplicates)
+    bad = [
+        (received, day)
+        for received, day in {*lines, *kept, *copies}
+        if lines[received, day] != kept[received, day] + copies[received, day]
+    ]
+    return _found(
+        [
+            f"{received} -> {day}: raw {lines[received, day]} != "
+            f"{kept[received, day]} + {copies[received, day]}"
+            for received, day in bad
+        ],
+        [day for _, day in bad],
     )
 
 

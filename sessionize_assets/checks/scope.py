@@ -11,8 +11,10 @@ and finds the rows they can conflict with by key: rows the run did not change we
 the run that wrote them.
 
 A run whose files hold at most `Settings.driver_write_bytes` (a daily batch's) has them read on
-the driver with Arrow (`changed_rows`): the keys come from there, and the rows reach the rules'
-one Spark job with its query (`frame_of`). A larger run's are read by Spark.
+the driver with Arrow (`changed_rows`): the keys come from there, and the rows they conflict
+with are read there too where a rule can be checked on the driver (`sessions_near_rows`);
+others reach the rules' one Spark job with its query (`frame_of`). A larger run's are read by
+Spark.
 
 Run on its own (the UI's "Execute checks" on an asset), a check has no partitions and reads
 the whole table. A partitioned run that wrote nothing, or whose files the log no longer
@@ -40,13 +42,6 @@ from sessionize_assets.pipeline.keyed_reads import (
 
 # A run commits to a table a few times, so its commits are among the table's latest ones.
 RECENT_COMMITS = 50
-# A run checked on the driver has the sessions near its changed pairs read there with Arrow
-# past this many files (`sessions_near_on_driver`). The files hold every user of their range:
-# at the full size a daily batch's 8,155 changed pairs chose 2,891 files (627,511 sessions)
-# for a tenth of their rows, which the rules' job read twice (two rules read them) at a few
-# ms a file. A small batch's few files cost less read by that job than handed to Spark from
-# the driver (0.3-0.6 s more a batch, at `7b7ebc5`).
-NEAR_FILES_READ_ON_DRIVER = 200
 # Up to this many (date, key) pairs of written rows come to the driver to choose, from the
 # log's statistics, the files that can hold the rows they conflict with; a run that wrote more
 # (a range run, a rebuild) has its checks read the written dates whole instead.
@@ -157,28 +152,24 @@ def _near_rows(rows: DataFrame, near: Mapping[date, set[str]]) -> DataFrame:
     return rows.where(pair_filter(wanted, partition="session_date", key="user_id"))
 
 
-def sessions_near_on_driver(
+def sessions_near_rows(
     store: DeltaStore,
-    spark: SparkSession,
     pairs: Mapping[date, Collection[str]],
     *,
     before: int,
     after: int,
     columns: Sequence[str],
-) -> DataFrame | None:
-    """`sessions_near` for pairs on the driver: past NEAR_FILES_READ_ON_DRIVER files, read
-    there: `columns` of the sessions of exactly those users on the days around those dates,
-    from the files whose user range can hold them, read with Arrow and matched by a join, as
-    a frame that travels with the rules' query (`frame_of`: Spark reads no file for it).
-    Fewer files are read by the rules' job, as `sessions_near` does. None when there are more
-    than KEYED_CHECK_PAIRS pairs."""
+) -> pa.Table | None:
+    """`sessions_near` for pairs on the driver, read there: `columns` of the sessions of
+    exactly those users on the days around those dates, from the files whose user range can
+    hold them, read with Arrow and matched by a join, for the rules to check there
+    (`rules.*_rows`). At the full size a daily batch's 8,155 changed pairs chose 2,891 files
+    (627,511 sessions) for a tenth of their rows, which Spark's rules' job read twice (two
+    rules read them). None when there are more than KEYED_CHECK_PAIRS pairs."""
     near = _around(pairs, before=before, after=after)
     if near is None:
         return None
-    files = _files_near(store, near)
-    if len(files) <= NEAR_FILES_READ_ON_DRIVER:
-        return _near_rows(store.read_files(SESSIONS, files), near)
-    rows = store.read_files_arrow(SESSIONS, files, columns=columns)
+    rows = store.read_files_arrow(SESSIONS, _files_near(store, near), columns=columns)
     dates, users = rows.schema.field("session_date").type, rows.schema.field("user_id").type
     listed = [(day, user) for day, found in sorted(near.items()) for user in sorted(found)]
     wanted = pa.table(
@@ -188,7 +179,7 @@ def sessions_near_on_driver(
         }
     )
     kept = rows.join(wanted, keys=["session_date", "user_id"], join_type="left semi")
-    return frame_of(spark, SESSIONS, kept.select(list(columns)))
+    return kept.select(list(columns))
 
 
 def _around(
