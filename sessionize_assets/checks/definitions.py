@@ -6,8 +6,9 @@ With a materialization a check reads what its run wrote; alone, the whole table 
 The checks of a table run as one step (`events_checks`, `sessions_checks`): they read the
 run's writes from the Delta log once, find the rows they need by key in one lookup, and their
 rules are counted in one Spark job (`rules.evaluate`). A small run's writes (within
-`Settings.driver_write_bytes`) are read on the driver with Arrow, and the keys its checks look
-up come from them with no other job (`scope.changed_rows`, `event_ids.index_copies`). Each can
+`Settings.driver_write_bytes`) are read on the driver with Arrow, the keys its checks look up
+come from them (`scope.changed_rows`, `event_ids.index_copies`), the rows those keys find are
+read there too, and its rules are checked there (`rules.*_rows`): no Spark job. Each can
 still be run alone.
 
 Every check is blocking: when it fails, its run fails (and what depends on the asset in that
