@@ -63,6 +63,7 @@ from sessionize_assets.checks.scope import (
     covered_dates,
     frame_of,
     pairs_of,
+    rows_matching,
     sessions_near,
     sessions_near_rows,
     written,
@@ -531,7 +532,13 @@ def _ids_near_added(step: CheckStep, writes: RunWrites, *, added: pa.Table) -> p
     found = set(store.files_with_values(EVENTS, column="received_date", values=batches))
     mine = [path for path in writes.added if path in found]
     others = found - set(mine)
-    rows = store.read_files_arrow(EVENTS, mine, columns=columns)
+    # The added rows were read already; read again only when a later run replaced one of the
+    # run's files.
+    rows = (
+        added.select(columns)
+        if len(mine) == len(writes.added)
+        else store.read_files_arrow(EVENTS, mine, columns=columns)
+    )
     if not others:
         return rows
     # The dates of those files: their copies' (date, id) pairs are looked for there.
@@ -542,13 +549,7 @@ def _ids_near_added(step: CheckStep, writes: RunWrites, *, added: pa.Table) -> p
     }
     pairs = sorted({(day, event_id) for day, event_id, _ in copies if day.isoformat() in held})
     near = store.read_files_arrow(EVENTS, sorted(others), columns=columns)
-    wanted = pa.table(
-        {
-            name: pa.array([pair[i] for pair in pairs], near.schema.field(name).type)
-            for i, name in enumerate(columns)
-        }
-    )
-    looked_up = near.join(wanted, keys=columns, join_type="left semi").select(columns)
+    looked_up = rows_matching(near, columns, pairs).select(columns)
     return pa.concat_tables([rows, looked_up.cast(rows.schema)])
 
 
@@ -564,26 +565,16 @@ def _input_rows(store: DeltaStore, inputs: set[InputKey]) -> tuple[pa.Table, pa.
     on_dates = pc.field("event_date").isin(
         pa.array(sorted({day for _, day in listed}), pa.date32())
     )
-
-    def of_inputs(rows: pa.Table) -> pa.Table:
-        wanted = pa.table(
-            {
-                name: pa.array([pair[i] for pair in listed], rows.schema.field(name).type)
-                for i, name in enumerate(key)
-            }
-        )
-        return rows.join(wanted, keys=key, join_type="left semi")
-
     files = store.files_with_values(EVENTS, column="received_date", values=_batches_by_date(inputs))
-    return (
-        of_inputs(store.read_arrow(RAW_EVENTS, partitions=batches, columns=key, where=on_dates)),
-        of_inputs(store.read_files_arrow(EVENTS, files, columns=key)),
-        of_inputs(
-            store.read_arrow(
-                REJECTED_EVENTS, partitions=batches, columns=[*key, "origin"], where=on_dates
-            )
+    read = (
+        store.read_arrow(RAW_EVENTS, partitions=batches, columns=key, where=on_dates),
+        store.read_files_arrow(EVENTS, files, columns=key),
+        store.read_arrow(
+            REJECTED_EVENTS, partitions=batches, columns=[*key, "origin"], where=on_dates
         ),
     )
+    raw, events, rejected = (rows_matching(rows, key, listed) for rows in read)
+    return raw, events, rejected
 
 
 def _batches_by_date(inputs: Iterable[tuple[date, date]]) -> dict[date, set[str]]:

@@ -170,16 +170,8 @@ def sessions_near_rows(
     if near is None:
         return None
     rows = store.read_files_arrow(SESSIONS, _files_near(store, near), columns=columns)
-    dates, users = rows.schema.field("session_date").type, rows.schema.field("user_id").type
     listed = [(day, user) for day, found in sorted(near.items()) for user in sorted(found)]
-    wanted = pa.table(
-        {
-            "session_date": pa.array([day for day, _ in listed], dates),
-            "user_id": pa.array([user for _, user in listed], users),
-        }
-    )
-    kept = rows.join(wanted, keys=["session_date", "user_id"], join_type="left semi")
-    return kept.select(list(columns))
+    return rows_matching(rows, ["session_date", "user_id"], listed).select(list(columns))
 
 
 def _around(
@@ -227,6 +219,18 @@ def counts_changed(added: pa.Table, removed: pa.Table, columns: Sequence[str]) -
 
     before, after = counts(removed), counts(added)
     return {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+
+
+def rows_matching(rows: pa.Table, keys: Sequence[str], values: Sequence[tuple]) -> pa.Table:
+    """The rows of `rows` (read on the driver) whose `keys` columns hold one of `values`
+    (tuples in `keys`' order): a semi join, the values typed as the rows' columns."""
+    wanted = pa.table(
+        {
+            name: pa.array([value[i] for value in values], rows.schema.field(name).type)
+            for i, name in enumerate(keys)
+        }
+    )
+    return rows.join(wanted, keys=list(keys), join_type="left semi")
 
 
 def rows_less(rows: pa.Table, less: pa.Table) -> pa.Table:
