@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -71,6 +73,7 @@ from sessionize_assets.pipeline.sessions_additions import (
 )
 from sessionize_assets.pipeline.sessions_diff import (
     DateChanges,
+    EventsRead,
     SessionsScope,
     event_dates_of,
     pairs_table,
@@ -96,6 +99,7 @@ from sessionize_assets.transforms.sessions import (
     sessions_with_quarantine,
     split_quarantine,
 )
+from sessionize_assets.transforms.sessions_rows import sessions_with_quarantine_rows
 
 # A run keeps what it reuses (the events it read, the sessions it computed, their diff) in
 # memory, spilling to disk, while its whole dates hold at most this many events; past it, on
@@ -105,6 +109,13 @@ from sessionize_assets.transforms.sessions import (
 # batch's whole dates (its new days) hold about 100,000 events at the mid size, 400,000 at
 # the full size.
 KEPT_IN_MEMORY_EVENTS = 1_000_000
+
+# A run whose events to read are on dates holding at most this many (the log's counts) reads
+# them with Arrow and builds their sessions on the driver (`transforms/sessions_rows.py`):
+# a daily batch's few hundred pairs were a Spark pass of about 14 stages, a second or more
+# of scheduling for milliseconds of work. The driver holds the rows read as Python objects
+# while it builds the sessions (about 1 KB each).
+EVENTS_READ_ON_DRIVER = 100_000
 
 
 def session_definition(settings: Settings) -> str:
@@ -216,23 +227,45 @@ def update_sessions(
             )
             report.users_from_additions = 0 if additions is None else len(additions.users)
             report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
-            events = _read_events(
+            skipped = set() if additions is None else additions.pairs
+            events: DataFrame | EventsRead
+            rows = _events_on_driver(
                 store,
                 plan,
                 settings=settings,
                 report=report,
-                frames=frames,
-                keep=keep,
-                skipped=set() if additions is None else additions.pairs,
+                skipped=skipped,
                 event_rows=event_rows,
             )
-            built = sessions_with_quarantine(
-                events,
-                gap=settings.session_gap,
-                max_length=settings.max_session_length,
-                conversion_events=settings.conversion_events,
-                session_dates=plan.computed,
-            )
+            if rows is not None:
+                events = EventsRead(rows.num_rows, len(pc.unique(rows.column("user_id"))))
+                built = spark.createDataFrame(
+                    sessions_with_quarantine_rows(
+                        rows,
+                        gap=settings.session_gap,
+                        max_length=settings.max_session_length,
+                        conversion_events=settings.conversion_events,
+                        session_dates=plan.computed,
+                    )
+                )
+            else:
+                events = _read_events(
+                    store,
+                    plan,
+                    settings=settings,
+                    report=report,
+                    frames=frames,
+                    keep=keep,
+                    skipped=skipped,
+                    event_rows=event_rows,
+                )
+                built = sessions_with_quarantine(
+                    events,
+                    gap=settings.session_gap,
+                    max_length=settings.max_session_length,
+                    conversion_events=settings.conversion_events,
+                    session_dates=plan.computed,
+                )
             if additions is not None and old is not None:
                 # The isolated pairs from their old rows and added events; the others
                 # recomputed from `events` (whole dates are never isolated).
@@ -367,21 +400,12 @@ def _read_events(
     `skipped` pairs (updated from their additions). With a few pairs on the driver, so are the
     users of each event date. Persisted frames (at `keep`) go to `frames`; `event_rows` are
     the events per date (`DeltaStore.row_counts`)."""
-    whole, by_date = plan.scope.whole, plan.scope.listed
     columns = list(SESSION_EVENT_COLUMNS)
-    whole_window = event_window(whole, settings)
-    wanted: DataFrame | dict[date, set[str]]
-    if by_date is not None and plan.scope.pair_count <= PUSHED_KEYS_TOTAL:
-        wanted = {}
-        skipped_dates = set(whole_window)
-        for session_date, users in by_date.items():
-            looked_up = [user for user in users if (session_date, user) not in skipped]
-            if not looked_up:
-                continue
-            for event_date in event_window([session_date], settings):
-                if event_date not in skipped_dates:
-                    wanted.setdefault(event_date, set()).update(looked_up)
-    else:
+    whole_window = event_window(plan.scope.whole, settings)
+    wanted: DataFrame | dict[date, set[str]] | None = _users_by_event_date(
+        plan, settings=settings, skipped=skipped
+    )
+    if wanted is None:
         wanted = (
             plan.scope.pairs.select("user_id", event_dates_of(F.col("session_date"), settings))
             .where(~F.col("event_date").isin(whole_window))
@@ -401,6 +425,70 @@ def _read_events(
         events = events.persist(keep)
         frames.append(events)
     return events
+
+
+def _users_by_event_date(
+    plan: _Plan, *, settings: Settings, skipped: set[tuple[date, str]]
+) -> dict[date, set[str]] | None:
+    """The touched users whose events are looked up on each event date outside the whole
+    dates' windows (all of whose events are read), but for the `skipped` pairs; None when the
+    pairs did not come to the driver or are too many to look up by key."""
+    by_date = plan.scope.listed
+    if by_date is None or plan.scope.pair_count > PUSHED_KEYS_TOTAL:
+        return None
+    wanted: dict[date, set[str]] = {}
+    whole_window = set(event_window(plan.scope.whole, settings))
+    for session_date, users in by_date.items():
+        looked_up = [user for user in users if (session_date, user) not in skipped]
+        if not looked_up:
+            continue
+        for event_date in event_window([session_date], settings):
+            if event_date not in whole_window:
+                wanted.setdefault(event_date, set()).update(looked_up)
+    return wanted
+
+
+def _events_on_driver(
+    store: DeltaStore,
+    plan: _Plan,
+    *,
+    settings: Settings,
+    report: SessionsReport,
+    skipped: set[tuple[date, str]],
+    event_rows: Mapping[str, int],
+) -> pa.Table | None:
+    """What `_read_events` reads, read with Arrow on the driver in one pass (no Spark job),
+    when the dates it reads hold at most EVENTS_READ_ON_DRIVER events; None otherwise. The
+    whole dates' windows are read whole; elsewhere the touched users' row groups (the files
+    are sorted by user), then their rows matched on (event date, user)."""
+    wanted = _users_by_event_date(plan, settings=settings, skipped=skipped)
+    whole_window = event_window(plan.scope.whole, settings)
+    if wanted is None or _events_on(event_rows, [*whole_window, *wanted]) > EVENTS_READ_ON_DRIVER:
+        return None
+    users = sorted({user for looked_up in wanted.values() for user in looked_up})
+    read = store.read_arrow(
+        EVENTS,
+        partitions=[*whole_window, *wanted],
+        columns=SESSION_EVENT_COLUMNS,
+        where=pc.field("event_date").isin(pa.array(whole_window, pa.date32()))
+        | pc.field("user_id").isin(pa.array(users, pa.string())),
+    )
+    # A row of a date read by user is kept for its own date's users only: the key is the
+    # date's fixed-width text and the user.
+    key = pc.binary_join_element_wise(
+        pc.cast(read.column("event_date"), pa.string()), read.column("user_id"), "|"
+    )
+    listed = [
+        f"{day.isoformat()}|{user}" for day, looked_up in wanted.items() for user in looked_up
+    ]
+    keep = pc.or_(
+        pc.is_in(read.column("event_date"), pa.array(whole_window, pa.date32())),
+        pc.is_in(key, pa.array(listed, pa.string())),
+    )
+    report.dates_searched_by_user = len(wanted)
+    report.users_looked_up = len(listed)
+    report.events_rows_scanned = _events_on(event_rows, whole_window)
+    return read.filter(keep)
 
 
 def _old_rows(
@@ -464,7 +552,7 @@ def _commit_sessions(
     spark: SparkSession,
     plan: _Plan,
     *,
-    events: DataFrame,
+    events: DataFrame | EventsRead,
     sessions: DataFrame,
     old: DataFrame | None,
     files: list[str] | None,

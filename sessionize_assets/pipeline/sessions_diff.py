@@ -147,6 +147,15 @@ class DateChanges:
     users: int
 
 
+@dataclass(frozen=True)
+class EventsRead:
+    """The events a run recomputed sessions from, and their users, counted on the driver
+    (where it read them: `pipeline/sessions._events_on_driver`)."""
+
+    events: int
+    users: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class SessionsSummary:
     """What a run computed, from one Spark job: how each date's sessions changed, the events
@@ -164,12 +173,16 @@ class SessionsSummary:
 
 
 def summarise(
-    diff: DataFrame, *, events: DataFrame, sessions: DataFrame, old: DataFrame | None = None
+    diff: DataFrame,
+    *,
+    events: DataFrame | EventsRead,
+    sessions: DataFrame,
+    old: DataFrame | None = None,
 ) -> SessionsSummary:
     """Per session date with a changed row, how its sessions changed (`diff`), with what was
-    read (`events`) and flagged (`sessions`), and the files of `old` (the old rows compared,
-    each with its `_file`) holding a row of a pair with a change: four aggregates, collected
-    in one Spark job."""
+    read (`events`, or their counts when the driver read them) and flagged (`sessions`), and
+    the files of `old` (the old rows compared, each with its `_file`) holding a row of a pair
+    with a change: up to four aggregates, collected in one Spark job."""
     added, removed = F.col("added") == 1, F.col("removed") == 1
     per_session = diff.groupBy("session_date", "session_id", "user_id").agg(
         F.max((F.col("change") == "added").cast("int")).alias("added"),
@@ -184,11 +197,15 @@ def summarise(
             "changed_users"
         ),
     )
-    read = events.agg(
-        F.count(F.lit(1)).alias("events_read"), F.countDistinct("user_id").alias("users_read")
-    )
     flagged = sessions.where("is_quarantined").agg(F.count(F.lit(1)).alias("flagged"))
-    parts = [read, flagged]
+    parts = [flagged]
+    if isinstance(events, DataFrame):
+        parts.append(
+            events.agg(
+                F.count(F.lit(1)).alias("events_read"),
+                F.countDistinct("user_id").alias("users_read"),
+            )
+        )
     if old is not None:
         changed = diff.select(*PAIR).distinct()
         parts.append(
@@ -198,11 +215,13 @@ def summarise(
         lambda left, right: left.unionByName(right, allowMissingColumns=True), parts, per_date
     ).collect()
     figures = {
-        name: row[name]
+        name: value
         for row in rows
-        for name in ("events_read", "users_read", "flagged")
-        if row[name] is not None
+        for name, value in row.asDict().items()
+        if name in ("events_read", "users_read", "flagged") and value is not None
     }
+    if isinstance(events, EventsRead):
+        figures |= {"events_read": events.events, "users_read": events.users}
     old_files = (
         None if old is None else sorted(row[FILE_COLUMN] for row in rows if row[FILE_COLUMN])
     )

@@ -38,7 +38,7 @@ ENGAGED_SECONDS = 10
 ENGAGED_PAGE_VIEWS = 2
 
 
-def _micros(delta: timedelta) -> int:
+def micros(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
@@ -62,14 +62,14 @@ def chains(events: DataFrame, *, gap: timedelta, max_length: timedelta) -> DataF
             "*",
             f"{ts} AS _ts",
             f"row_number() OVER ({order}) AS _seq",
-            f"{previous} IS NULL OR {ts} - {previous} > {_micros(gap)} AS _starts",
+            f"{previous} IS NULL OR {ts} - {previous} > {micros(gap)} AS _starts",
         )
         .selectExpr(
             "*",
             f"sum(CAST(_starts AS BIGINT)) OVER {so_far} AS chain",
             f"max(CASE WHEN _starts THEN _ts END) OVER {so_far} AS chain_start_us",
         )
-        .selectExpr("*", f"_ts <= chain_start_us + {_micros(max_length)} AS included")
+        .selectExpr("*", f"_ts <= chain_start_us + {micros(max_length)} AS included")
     )
 
 
@@ -144,7 +144,7 @@ def sessions_with_quarantine(
         sessions = sessions.where(F.col("session_date").isin(sorted(set(session_dates))))
     number = "PARTITION BY user_id, session_date ORDER BY session_start"
     detail = (
-        f"timestamp_micros(_start_us + {_micros(max_length)}) AS capped_at",
+        f"timestamp_micros(_start_us + {micros(max_length)}) AS capped_at",
         "chain_end",
         "CAST(excluded_events AS BIGINT) AS excluded_events",
     )

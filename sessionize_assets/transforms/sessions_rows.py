@@ -1,0 +1,217 @@
+"""SPEC §3 on the driver: `transforms/sessions.sessions_with_quarantine` over Arrow rows.
+
+A daily batch's sessions run recomputes a few hundred (user, date) pairs from a few thousand
+events. Spark's pass over them (a window over the users' events, the chains' aggregation, the
+numbering) is a job of about 14 stages, a second or more of scheduling for milliseconds of
+work. Here the same rules run in Python over the rows the driver read with Arrow, and give the
+same rows: the property test `sessionize_tests/transforms/test_sessions_rows.py` holds the two
+equal, column for column, on random events.
+
+The rules, as the Spark pass states them: a user's events ordered by (event_ts, event_id); a
+chain starts at the first and after every gap of more than `gap`; its session holds the events
+within `max_length` of its start, and a chain with events past it is quarantined; the
+attributes are picked among the included events by that order (the landing page and the exit
+page from `page` events, the campaign from the first event with one, else the landing URL's,
+the device from the first event).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructField, StructType
+
+from sessionize_assets.lake.tables import SESSION_QUARANTINE, SESSIONS
+from sessionize_assets.transforms.attributes import UTM_FIELDS
+from sessionize_assets.transforms.channels import channel
+from sessionize_assets.transforms.sessions import (
+    ENGAGED_PAGE_VIEWS,
+    ENGAGED_SECONDS,
+    PAGE,
+    PAGE_VIEW_TYPES,
+    QUARANTINE_DETAIL,
+    TRACK,
+    micros,
+)
+
+_DAY_US = 86_400_000_000
+_EPOCH = date(1970, 1, 1)
+
+
+def _schema() -> pa.Schema:
+    """The Spark pass's columns and types: those of `sessions` but the label stitching adds,
+    and in QUARANTINE_DETAIL the quarantine row's own (those `sessions` lacks, but its
+    reason). Nullable, as Spark's plan has them."""
+    fields = [
+        StructField(field.name, field.dataType)
+        for field in SESSIONS.schema.fields
+        if field.name != "stitched_user_id"
+    ]
+    detail = [
+        StructField(field.name, field.dataType)
+        for field in SESSION_QUARANTINE.schema.fields
+        if field.name not in SESSIONS.schema.fieldNames() and field.name != "reason"
+    ]
+    return to_arrow_schema(
+        StructType([*fields, StructField(QUARANTINE_DETAIL, StructType(detail))])
+    )
+
+
+# The Arrow schema of `sessions_with_quarantine_rows`.
+SESSIONS_ROWS_SCHEMA = _schema()
+
+
+@dataclass
+class _Chain:
+    """One chain of a user's events, as the Spark pass aggregates it."""
+
+    user_id: str
+    start_us: int
+    end_us: int  # the last included event's time
+    chain_end_us: int  # the last event's time
+    first: dict[str, Any]  # the first event (always included)
+    included: int = 1
+    excluded: int = 0
+    page_views: int = 0
+    conversions: int = 0
+    landing: dict[str, Any] | None = None  # the first included `page` event
+    exit_page_url: str | None = None  # the last included `page` event's URL
+    campaign: dict[str, Any] | None = None  # the first included event's non-null campaign
+
+
+def sessions_with_quarantine_rows(
+    events: pa.Table,
+    *,
+    gap: timedelta,
+    max_length: timedelta,
+    conversion_events: Collection[str],
+    session_dates: Iterable[date] | None = None,
+) -> pa.Table:
+    """`sessions_with_quarantine` of these events (the columns of `SESSION_EVENT_COLUMNS`),
+    on the driver: the same rows, in SESSIONS_ROWS_SCHEMA, ordered by user and start. As for
+    the Spark pass, `events` must hold every event that can decide the dates' sessions."""
+    gap_us, cap_us = micros(gap), micros(max_length)
+    conversions = set(conversion_events)
+    chains = _chains(_event_rows(events), gap_us=gap_us, cap_us=cap_us, conversions=conversions)
+    kept = None if session_dates is None else set(session_dates)
+    rows: list[dict[str, Any]] = []
+    numbers: dict[tuple[str, date], int] = {}
+    for chain in chains:  # by user, then start: numbered in that order
+        session_date = _EPOCH + timedelta(days=chain.start_us // _DAY_US)
+        if kept is not None and session_date not in kept:
+            continue
+        number = numbers.get((chain.user_id, session_date), 0) + 1
+        numbers[(chain.user_id, session_date)] = number
+        rows.append(_session_row(chain, session_date, number, cap_us=cap_us))
+    return pa.Table.from_pylist(rows, schema=SESSIONS_ROWS_SCHEMA)
+
+
+def _event_rows(events: pa.Table) -> list[dict[str, Any]]:
+    """The events as dicts, their times as microseconds (`_ts`), in the pass's order."""
+    micros = pc.cast(events.column("event_ts"), pa.int64()).to_pylist()
+    rows = events.drop_columns(["event_ts"]).to_pylist()
+    for row, ts in zip(rows, micros, strict=True):
+        row["_ts"] = ts
+    rows.sort(key=lambda row: (row["user_id"], row["_ts"], row["event_id"]))
+    return rows
+
+
+def _chains(
+    rows: Sequence[dict[str, Any]], *, gap_us: int, cap_us: int, conversions: set[str]
+) -> list[_Chain]:
+    chains: list[_Chain] = []
+    chain: _Chain | None = None
+    previous: dict[str, Any] | None = None
+    for row in rows:
+        ts = row["_ts"]
+        starts = (
+            previous is None
+            or previous["user_id"] != row["user_id"]
+            or ts - previous["_ts"] > gap_us
+        )
+        previous = row
+        if starts:
+            chain = _Chain(
+                user_id=row["user_id"], start_us=ts, end_us=ts, chain_end_us=ts, first=row
+            )
+            chains.append(chain)
+        else:
+            assert chain is not None
+            chain.chain_end_us = ts
+            if ts > chain.start_us + cap_us:
+                chain.excluded += 1
+                continue
+            chain.included += 1
+            chain.end_us = ts
+        _include(chain, row, conversions)
+    return chains
+
+
+def _include(chain: _Chain, row: dict[str, Any], conversions: set[str]) -> None:
+    """What an included event adds to its chain's attributes."""
+    event_type = row["event_type"]
+    if event_type in PAGE_VIEW_TYPES:
+        chain.page_views += 1
+    if event_type == TRACK and row["event_name"] in conversions:
+        chain.conversions += 1
+    if event_type == PAGE:
+        if chain.landing is None:
+            chain.landing = row
+        chain.exit_page_url = row["page_url"]
+    if chain.campaign is None and row["campaign"] is not None:
+        chain.campaign = row["campaign"]
+
+
+def _session_row(chain: _Chain, session_date: date, number: int, *, cap_us: int) -> dict[str, Any]:
+    landing = chain.landing or {}
+    # coalesce(campaign, landing.url_campaign): a campaign object whose fields are all unset
+    # still wins.
+    utm = chain.campaign if chain.campaign is not None else landing.get("url_campaign")
+    campaign = {name: None if utm is None else utm[name] for name in UTM_FIELDS}
+    duration_us = chain.end_us - chain.start_us
+    quarantined = chain.excluded > 0
+    row = {
+        "session_id": hashlib.sha256(f"{chain.user_id}|{chain.start_us}".encode()).hexdigest()[:32],
+        "user_id": chain.user_id,
+        "session_date": session_date,
+        "session_start": chain.start_us,  # timestamps as microseconds: Arrow takes them
+        "session_end": chain.end_us,
+        "duration_seconds": float(duration_us) / 1e6,
+        "event_count": chain.included,
+        "session_number": number,
+        "is_quarantined": quarantined,
+        "page_views": chain.page_views,
+        "conversions": chain.conversions,
+        "landing_page_url": landing.get("page_url"),
+        "landing_page_path": landing.get("page_path"),
+        "exit_page_url": chain.exit_page_url,
+        "referrer": landing.get("page_referrer"),
+        "referrer_host": landing.get("referrer_host"),
+        **campaign,
+        "channel": channel(
+            utm_source=campaign["utm_source"],
+            utm_medium=campaign["utm_medium"],
+            referrer_host=landing.get("referrer_host"),
+            landing_host=landing.get("page_host"),
+        ),
+        "is_engaged": duration_us >= ENGAGED_SECONDS * 1_000_000
+        or chain.page_views >= ENGAGED_PAGE_VIEWS
+        or chain.conversions >= 1,
+        "device_type": chain.first["device_type"],
+        "os_name": chain.first["os_name"],
+        QUARANTINE_DETAIL: {
+            "capped_at": chain.start_us + cap_us,
+            "chain_end": chain.chain_end_us,
+            "excluded_events": chain.excluded,
+        }
+        if quarantined
+        else None,
+    }
+    return row
