@@ -112,10 +112,12 @@ KEPT_IN_MEMORY_EVENTS = 1_000_000
 
 # A run whose events to read are on dates holding at most this many (the log's counts) reads
 # them with Arrow and builds their sessions on the driver (`transforms/sessions_rows.py`):
-# a daily batch's few hundred pairs were a Spark pass of about 14 stages, a second or more
-# of scheduling for milliseconds of work. The driver holds the rows read as Python objects
-# while it builds the sessions (about 1 KB each).
-EVENTS_READ_ON_DRIVER = 100_000
+# Spark's pass over a daily batch's few thousand events was a job of about 14 stages, a second
+# or more of scheduling. The dates are scanned by row group (the touched users' only, outside
+# the whole dates' windows), and the driver holds the rows matched, as Python objects while it
+# builds their sessions (about 1 KB each). The mid size's daily batch: 476,000 rows scanned in
+# 0.6-1.0 s, 42,300 kept, their sessions built in 0.4 s, where Spark's job took 2-3 s more.
+EVENTS_READ_ON_DRIVER = 1_000_000
 
 
 def session_definition(settings: Settings) -> str:
