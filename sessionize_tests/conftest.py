@@ -249,15 +249,15 @@ def pair_placement(request, monkeypatch, pipeline: Pipeline) -> str:
     join; a small change's keys are found on the driver, a large one's by Spark: the same
     rules in every placement, under the same tests ("join": PUSHED_KEYS_TOTAL 0 forces the
     joins, BROADCAST_KEYS 0 makes them sort-merge joins, `driver_write_bytes` 0 has Spark find
-    the keys and write the rows, EVENTS_READ_ON_DRIVER below 0 has Spark read the events and
-    build the sessions, KEPT_IN_MEMORY_EVENTS below 0 keeps a sessions run's frames on disk,
+    the keys and write the rows, EVENTS_BUILT_ON_DRIVER 0 has Spark read the events and build the
+    sessions, KEPT_IN_MEMORY_EVENTS below 0 keeps a sessions run's frames on disk,
     and SHUFFLE_PARTITION_ROWS of 500 gives its shuffles more partitions, as a large range's)."""
     if request.param == "join":
         for module in (sessions_pipeline, sessions_diff, keyed_reads, check_scope):
             monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)
         monkeypatch.setattr(keyed_reads, "BROADCAST_KEYS", 0)
         monkeypatch.setattr(sessions_pipeline, "KEPT_IN_MEMORY_EVENTS", -1)
-        monkeypatch.setattr(sessions_pipeline, "EVENTS_READ_ON_DRIVER", -1)
+        monkeypatch.setattr(sessions_pipeline, "EVENTS_BUILT_ON_DRIVER", 0)
         monkeypatch.setattr(spark_resource_module, "SHUFFLE_PARTITION_ROWS", 500)
         pipeline.settings = replace(pipeline.settings, driver_write_bytes=0)
         pipeline.store = type(pipeline.store)(

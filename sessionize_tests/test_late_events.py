@@ -13,6 +13,8 @@ from sessionize_assets.lake.tables import (
     SESSIONS,
     SESSIONS_FILE_ROWS,
 )
+from sessionize_assets.pipeline import sessions as sessions_pipeline
+from sessionize_assets.transforms.sessions import sessions_with_quarantine
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.harness import Pipeline, day
 from sessionize_tests.table_rows import table_rows
@@ -106,6 +108,30 @@ def test_late_event_merges_two_sessions(pipeline, pair_placement):
         ("removed", "2026-01-10 10:00:00", 1),
         ("removed", "2026-01-10 10:50:00", 1),
     ]
+
+
+def test_a_run_that_keeps_more_events_than_the_driver_builds_reads_them_again_in_spark(
+    pipeline, monkeypatch
+):
+    """EVENTS_BUILT_ON_DRIVER 2: the first batch's two events are built on the driver; the
+    late batch's run reads three (its touched pair's), too many, and Spark reads and builds
+    them instead. Both equal the full recompute."""
+    monkeypatch.setattr(sessions_pipeline, "EVENTS_BUILT_ON_DRIVER", 2)
+    spark_passes = []
+
+    def spark_pass(*args, **kwargs):
+        spark_passes.append(kwargs["session_dates"])
+        return sessions_with_quarantine(*args, **kwargs)
+
+    monkeypatch.setattr(sessions_pipeline, "sessions_with_quarantine", spark_pass)
+    pipeline.land(day(0), [("a", "u", "2026-01-10 10:00"), ("b", "u", "2026-01-10 10:50")])
+    pipeline.process(day(0))
+    assert spark_passes == []
+    pipeline.land(day(3), [("c", "u", "2026-01-10 10:25")])
+    run = pipeline.process(day(3))
+    assert len(spark_passes) == 1 and run.sessions.events_read == 3
+    assert pipeline.sessions() == [("u", "2026-01-10 10:00:00", "2026-01-10 10:50:00", 3, 1, False)]
+    pipeline.assert_equals_full_recompute()
 
 
 # The late first page event of the attributes case: an ad's landing page, from Google.

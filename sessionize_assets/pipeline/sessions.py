@@ -110,14 +110,18 @@ from sessionize_assets.transforms.sessions_rows import sessions_with_quarantine_
 # the full size.
 KEPT_IN_MEMORY_EVENTS = 1_000_000
 
-# A run whose events to read are on dates holding at most this many (the log's counts) reads
-# them with Arrow and builds their sessions on the driver (`transforms/sessions_rows.py`):
-# Spark's pass over a daily batch's few thousand events was a job of about 14 stages, a second
-# or more of scheduling. The dates are scanned by row group (the touched users' only, outside
-# the whole dates' windows), and the driver holds the rows matched, as Python objects while it
-# builds their sessions (about 1 KB each). The mid size's daily batch: 476,000 rows scanned in
-# 0.6-1.0 s, 42,300 kept, their sessions built in 0.4 s, where Spark's job took 2-3 s more.
-EVENTS_READ_ON_DRIVER = 1_000_000
+# A run whose events to read are on dates holding at most EVENTS_SCANNED_ON_DRIVER events (the
+# log's counts) reads them with Arrow, and builds their sessions on the driver when it kept at
+# most EVENTS_BUILT_ON_DRIVER (`transforms/sessions_rows.py`): Spark's pass over a daily
+# batch's few thousand events was a job of about 14 stages, a second or more of scheduling.
+# The dates are scanned by row group (the touched users' only, outside the whole dates'
+# windows, which are kept whole), and the rows kept are held as Python objects while their
+# sessions are built, about 10 us and 1 KB each. The mid size's daily batch: 476,000 rows
+# scanned in 0.6-1.0 s, 42,300 kept, their sessions built in 0.4 s, where Spark's job took
+# 2-3 s more. A run that recomputes many whole dates (a rebuild) keeps Spark's pass, on both
+# cores; one that kept more than the bound reads its events again with Spark.
+EVENTS_SCANNED_ON_DRIVER = 1_000_000
+EVENTS_BUILT_ON_DRIVER = 250_000
 
 
 def session_definition(settings: Settings) -> str:
@@ -460,12 +464,17 @@ def _events_on_driver(
     event_rows: Mapping[str, int],
 ) -> pa.Table | None:
     """What `_read_events` reads, read with Arrow on the driver in one pass (no Spark job),
-    when the dates it reads hold at most EVENTS_READ_ON_DRIVER events; None otherwise. The
-    whole dates' windows are read whole; elsewhere the touched users' row groups (the files
-    are sorted by user), then their rows matched on (event date, user)."""
+    when the dates it reads hold at most EVENTS_SCANNED_ON_DRIVER events and it keeps at most
+    EVENTS_BUILT_ON_DRIVER; None otherwise. The whole dates' windows are read whole; elsewhere
+    the touched users' row groups (the files are sorted by user), then their rows matched on
+    (event date, user)."""
     wanted = _users_by_event_date(plan, settings=settings, skipped=skipped)
     whole_window = event_window(plan.scope.whole, settings)
-    if wanted is None or _events_on(event_rows, [*whole_window, *wanted]) > EVENTS_READ_ON_DRIVER:
+    if (
+        wanted is None
+        or _events_on(event_rows, whole_window) > EVENTS_BUILT_ON_DRIVER
+        or _events_on(event_rows, [*whole_window, *wanted]) > EVENTS_SCANNED_ON_DRIVER
+    ):
         return None
     users = sorted({user for looked_up in wanted.values() for user in looked_up})
     read = store.read_arrow(
@@ -487,10 +496,13 @@ def _events_on_driver(
         pc.is_in(read.column("event_date"), pa.array(whole_window, pa.date32())),
         pc.is_in(key, pa.array(listed, pa.string())),
     )
+    kept = read.filter(keep)
+    if kept.num_rows > EVENTS_BUILT_ON_DRIVER:
+        return None
     report.dates_searched_by_user = len(wanted)
     report.users_looked_up = len(listed)
     report.events_rows_scanned = _events_on(event_rows, whole_window)
-    return read.filter(keep)
+    return kept
 
 
 def _old_rows(
