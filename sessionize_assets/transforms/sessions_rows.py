@@ -48,7 +48,8 @@ _EPOCH = date(1970, 1, 1)
 def _schema() -> pa.Schema:
     """The Spark pass's columns and types: those of `sessions` but the label stitching adds,
     and in QUARANTINE_DETAIL the quarantine row's own (those `sessions` lacks, but its
-    reason). Nullable, as Spark's plan has them."""
+    reason). All nullable: Spark's plan knows some are never null, and a table's writer checks
+    its own."""
     fields = [
         StructField(field.name, field.dataType)
         for field in SESSIONS.schema.fields
