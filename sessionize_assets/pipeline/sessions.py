@@ -116,12 +116,14 @@ KEPT_IN_MEMORY_EVENTS = 1_000_000
 # batch's few thousand events was a job of about 14 stages, a second or more of scheduling.
 # The dates are scanned by row group (the touched users' only, outside the whole dates'
 # windows, which are kept whole), and the rows kept are held as Python objects while their
-# sessions are built, about 10 us and 1 KB each. The mid size's daily batch: 476,000 rows
-# scanned in 0.6-1.0 s, 42,300 kept, their sessions built in 0.4 s, where Spark's job took
-# 2-3 s more. A run that recomputes many whole dates (a rebuild) keeps Spark's pass, on both
-# cores; one that kept more than the bound reads its events again with Spark.
+# sessions are built: about 1 KB and 10 us each, 25 us where each event is a session of its
+# own (440,000 such took 11 s), so the bound keeps the build within about 2.5 s. The mid size's
+# daily batch: 476,000 rows scanned in 0.6-1.0 s, 42,300 kept, their sessions built in 0.4 s,
+# where Spark's job took 2-3 s more. A run that recomputes many whole dates (a rebuild) keeps
+# Spark's pass, on both cores; one that kept more than the bound reads its events again with
+# Spark.
 EVENTS_SCANNED_ON_DRIVER = 1_000_000
-EVENTS_BUILT_ON_DRIVER = 250_000
+EVENTS_BUILT_ON_DRIVER = 100_000
 
 
 def session_definition(settings: Settings) -> str:
