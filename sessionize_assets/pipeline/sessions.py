@@ -487,7 +487,8 @@ def _events_on_driver(
         | pc.field("user_id").isin(pa.array(users, pa.string())),
     )
     # A row of a date read by user is kept for its own date's users only: the key is the
-    # date's fixed-width text and the user.
+    # date's fixed-width text and the user (not `checks.scope.rows_matching`'s semi join:
+    # Arrow's joins take no struct columns, and events have two).
     key = pc.binary_join_element_wise(
         pc.cast(read.column("event_date"), pa.string()), read.column("user_id"), "|"
     )

@@ -116,9 +116,9 @@ def sessions_with_quarantine_rows(
 
 def _event_rows(events: pa.Table) -> list[dict[str, Any]]:
     """The events as dicts, their times as microseconds (`_ts`), in the pass's order."""
-    micros = pc.cast(events.column("event_ts"), pa.int64()).to_pylist()
+    times = pc.cast(events.column("event_ts"), pa.int64()).to_pylist()
     rows = events.drop_columns(["event_ts"]).to_pylist()
-    for row, ts in zip(rows, micros, strict=True):
+    for row, ts in zip(rows, times, strict=True):
         row["_ts"] = ts
     rows.sort(key=lambda row: (row["user_id"], row["_ts"], row["event_id"]))
     return rows
@@ -178,7 +178,7 @@ def _session_row(chain: _Chain, session_date: date, number: int, *, cap_us: int)
     campaign = {name: None if utm is None else utm[name] for name in UTM_FIELDS}
     duration_us = chain.end_us - chain.start_us
     quarantined = chain.excluded > 0
-    row = {
+    return {
         "session_id": hashlib.sha256(f"{chain.user_id}|{chain.start_us}".encode()).hexdigest()[:32],
         "user_id": chain.user_id,
         "session_date": session_date,
@@ -215,4 +215,3 @@ def _session_row(chain: _Chain, session_date: date, number: int, *, cap_us: int)
         if quarantined
         else None,
     }
-    return row
