@@ -254,3 +254,6 @@ class KilledBeforeCommitTo:
 
     def replace_partitions(self, spec, df, **kwargs):
         return self._commit("replace_partitions", spec, df, **kwargs)
+
+    def rewrite_arrow(self, spec, **kwargs):
+        return self._commit("rewrite_arrow", spec, **kwargs)

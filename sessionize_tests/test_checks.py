@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from dataclasses import replace
 from datetime import date, datetime, timedelta
 
@@ -33,7 +32,6 @@ from sessionize_assets.checks.rules import (
     unaccounted_lines_rows,
     unbalanced_snapshot,
 )
-from sessionize_assets.checks.scope import rows_less
 from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.transforms.lifecycle_states import STATES
@@ -667,33 +665,3 @@ def test_a_failed_check_fails_its_run_and_replay_names_it(spark, settings, store
     (evaluation,) = result.get_asset_check_evaluations()
     assert evaluation.metadata["dates"].value == [D.isoformat()]
     assert evaluation.metadata["spark_jobs"].value >= 2  # the count, then the sample
-
-
-_CELLS = st.one_of(st.none(), st.integers(0, 2))
-
-
-@given(
-    rows=st.lists(st.tuples(_CELLS, _CELLS), max_size=12),
-    less=st.lists(st.tuples(_CELLS, _CELLS), max_size=12),
-)
-def test_rows_less_is_a_multiset_difference_where_nulls_are_equal(rows, less):
-    def table(values):
-        return pa.table(
-            {
-                "n": pa.array([a for a, _ in values], pa.int64()),
-                "s": pa.array([None if b is None else str(b) for _, b in values], pa.string()),
-            }
-        )
-
-    left = Counter(tuple(r.values()) for r in table(less).to_pylist())
-    kept = []
-    for row in (tuple(r.values()) for r in table(rows).to_pylist()):
-        if left[row]:
-            left[row] -= 1
-        else:
-            kept.append(row)
-    got = rows_less(table(rows), table(less))
-    assert got.schema == table(rows).schema
-    assert sorted(map(tuple, (r.values() for r in got.to_pylist())), key=repr) == sorted(
-        kept, key=repr
-    )

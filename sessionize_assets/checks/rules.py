@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from sessionize_assets.checks.scope import rows_less
 from sessionize_assets.transforms.lifecycle_states import STATES
+from sessionize_assets.transforms.row_sets import rows_less
 from sessionize_assets.transforms.validation import DEDUP
 
 _SAMPLE = 5
@@ -266,7 +266,7 @@ def quarantine_mismatch(sessions: DataFrame, quarantine: DataFrame) -> Violation
 
 def quarantine_mismatch_rows(sessions: pa.Table, quarantine: pa.Table) -> Finding:
     """`quarantine_mismatch` of Arrow rows, on the driver: the flagged sessions and the
-    quarantine rows each less the other, as multisets (`scope.rows_less`)."""
+    quarantine rows each less the other, as multisets (`transforms.row_sets.rows_less`)."""
     key = ["session_id", "session_date"]
     flagged = _kept(sessions, sessions.column("is_quarantined")).select(key)
     listed = quarantine.select(key).cast(flagged.schema)

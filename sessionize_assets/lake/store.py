@@ -229,11 +229,14 @@ class DeltaStore(Protocol):
         it is at most `driver_write_bytes`; never on the delta-spark backend."""
         ...
 
-    def rewrites_on_driver(self, spec: TableSpec, df: DataFrame, *, files: Collection[str]) -> bool:
-        """Whether a rewrite of `files` (relative paths) that adds a change built from `df` fits
-        the driver, for `rewrite_arrow`: on the embedded backend, when the files' bytes on disk
-        (from the log) and Spark's estimate of `df` together are at most `driver_write_bytes`,
-        the bound `rewrite` itself collects within; never on the delta-spark backend."""
+    def rewrites_on_driver(
+        self, spec: TableSpec, rows: DataFrame | pa.Table, *, files: Collection[str]
+    ) -> bool:
+        """Whether a rewrite of `files` (relative paths) that adds a change built from `rows`
+        fits the driver, for `rewrite_arrow`: on the embedded backend, when the files' bytes on
+        disk (from the log) and Spark's estimate of `rows` (or the Arrow rows' own size)
+        together are at most `driver_write_bytes`, the bound `rewrite` itself collects within;
+        never on the delta-spark backend."""
         ...
 
     def replace_partitions_arrow(

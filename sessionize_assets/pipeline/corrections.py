@@ -18,21 +18,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StringType, StructField, StructType
 
 from sessionize_assets.lake.store import AppTransaction, CommitInfo, DeltaStore, LakeError
 from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
 from sessionize_assets.pipeline.versions import signed_rows
 from sessionize_assets.sql_text import sql_identifier, sql_string, sql_struct
+from sessionize_assets.transforms.row_sets import rows_less
 
 SESSIONS_LOGGED = "sessionize.session_changes.sessions_version"
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
 # What a session is, for the log: every column but the label stitching gives it.
 _LOGGED_COLUMNS = tuple(name for name in SESSIONS.schema.fieldNames() if name != "stitched_user_id")
+# The rows of `diff_session_rows`: the logged columns, and the change.
+DIFF_ROWS_SCHEMA = to_arrow_schema(
+    StructType(
+        [*(SESSIONS.schema[name] for name in _LOGGED_COLUMNS), StructField("change", StringType())]
+    )
+)
 
 
 def diff_sessions(
@@ -69,6 +79,61 @@ def diff_sessions(
     return differs.selectExpr(f"inline(filter({entries}, e -> e IS NOT NULL))")
 
 
+def diff_session_rows(old: pa.Table, new: pa.Table) -> pa.Table:
+    """`diff_sessions` of rows on the driver: the same rows, in `DIFF_ROWS_SCHEMA`.
+
+    A session_id held once on each side is compared whole, as a multiset difference of the
+    two sides' rows (session_id is part of the row, so a row left over differs from the other
+    side's row of its id, or has none). A session_id held twice in `old` yields its least copy
+    in Spark's order of the row (nulls first) as removed, and its new row as added.
+    """
+    logged = pa.schema(list(DIFF_ROWS_SCHEMA)[:-1])
+    old, new = old.select(_LOGGED_COLUMNS).cast(logged), new.select(_LOGGED_COLUMNS).cast(logged)
+    counts = old.group_by("session_id").aggregate([("session_id", "count")])
+    twice = counts.filter(pc.greater(counts["session_id_count"], 1))["session_id"]
+    held_twice, new_twice = pc.is_in(old["session_id"], twice), pc.is_in(new["session_id"], twice)
+    old_once, new_once = old.filter(pc.invert(held_twice)), new.filter(pc.invert(new_twice))
+    least: dict[str, dict[str, Any]] = {}
+    for row in old.filter(held_twice).to_pylist():
+        held = least.get(row["session_id"])
+        if held is None or _spark_order(row) < _spark_order(held):
+            least[row["session_id"]] = row
+    removed = pa.concat_tables(
+        [
+            rows_less(old_once, new_once),
+            pa.Table.from_pylist(sorted(least.values(), key=_spark_order), schema=old.schema),
+        ]
+    )
+    added = pa.concat_tables([rows_less(new_once, old_once), new.filter(new_twice)])
+    return pa.concat_tables([_tagged(removed, "removed"), _tagged(added, "added")])
+
+
+def _spark_order(row: Mapping[str, Any]) -> tuple[tuple[bool, Any], ...]:
+    """A row's place in Spark's ascending order of a struct: field by field, nulls first."""
+    return tuple((row[name] is not None, row[name]) for name in _LOGGED_COLUMNS)
+
+
+def _tagged(rows: pa.Table, change: str) -> pa.Table:
+    return rows.append_column(
+        DIFF_ROWS_SCHEMA.field("change"), pa.repeat(pa.scalar(change, pa.string()), rows.num_rows)
+    )
+
+
+def _change_rows_arrow(diff: pa.Table, *, commit_version: int, run_id: str) -> pa.Table:
+    """`_change_rows` of a diff made on the driver."""
+    n = diff.num_rows
+    now = datetime.now(UTC)
+    schema = to_arrow_schema(SESSION_CHANGES.schema)
+    columns = {
+        "change": diff["change"],
+        **{name: diff[name] for name in _CONTENT},
+        "commit_version": pa.repeat(pa.scalar(commit_version, pa.int64()), n),
+        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+        "changed_at": pa.repeat(pa.scalar(now, schema.field("changed_at").type), n),
+    }
+    return pa.table([columns[name] for name in schema.names], schema=schema)
+
+
 def _change_rows(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFrame:
     """`session_changes` rows of a diff, for the sessions commit `commit_version`."""
     now = datetime.now(UTC).replace(tzinfo=None)
@@ -84,13 +149,14 @@ def _change_rows(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFr
 def log_commit(
     store: DeltaStore,
     spark: SparkSession,
-    diff: DataFrame,
+    diff: DataFrame | pa.Table,
     *,
     sessions_version: int,
     run_id: str,
     tags: Mapping[str, str],
 ) -> None:
-    """Log the sessions commit `sessions_version`, whose rows changed by `diff`.
+    """Log the sessions commit `sessions_version`, whose rows changed by `diff` (a diff made
+    on the driver is written there too).
 
     The log holds versions in order: when it does not hold the one before (another run
     committed in between and has not logged yet), every unlogged version is logged from the
@@ -98,6 +164,15 @@ def log_commit(
     """
     read = store.read_version(SESSION_CHANGES)
     if _logged_through(store) == sessions_version - 1:
+        if isinstance(diff, pa.Table):
+            store.rewrite_arrow(
+                SESSION_CHANGES,
+                add=_change_rows_arrow(diff, commit_version=sessions_version, run_id=run_id),
+                commit_metadata=tags,
+                app_transaction=AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version),
+                read_version=read,
+            )
+            return
         rows = _change_rows(diff, commit_version=sessions_version, run_id=run_id)
         _log_changes(
             store, rows, sessions_version=sessions_version, commit_metadata=tags, read_version=read

@@ -17,6 +17,8 @@ from datetime import date
 from functools import reduce
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -237,6 +239,12 @@ def rows_with_values(
 def pair_texts(pairs: Iterable[tuple[PartitionValue, str | date]]) -> list[str]:
     """The text `pair_filter` matches a (date, key) pair by: `date|key`."""
     return [f"{day}|{value}" for day, value in pairs]
+
+
+def pair_keys(rows: pa.Table, *, partition: str, key: str) -> pa.ChunkedArray:
+    """Each row's (`partition`, `key`) as `pair_texts` writes a pair: `date|key`, to match
+    Arrow rows with `pc.is_in` (Arrow's joins take no struct columns, and events have two)."""
+    return pc.binary_join_element_wise(pc.cast(rows[partition], pa.string()), rows[key], "|")
 
 
 def pair_filter(

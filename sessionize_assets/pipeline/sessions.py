@@ -58,6 +58,8 @@ from sessionize_assets.pipeline.keyed_reads import (
     keys_by_partition,
     keys_for_join,
     pair_filter,
+    pair_keys,
+    pair_texts,
     read_by_keys,
 )
 from sessionize_assets.pipeline.manifests import (
@@ -66,7 +68,7 @@ from sessionize_assets.pipeline.manifests import (
     sessions_progress,
 )
 from sessionize_assets.pipeline.sessions_additions import (
-    Additions,
+    Candidates,
     candidates,
     isolated_pairs,
     sessions_of_additions,
@@ -79,6 +81,11 @@ from sessionize_assets.pipeline.sessions_diff import (
     pairs_table,
     rewritten,
     summarise,
+)
+from sessionize_assets.pipeline.sessions_on_driver import (
+    DriverCommit,
+    commit_on_driver,
+    fits_on_driver,
 )
 from sessionize_assets.pipeline.stitching import (
     Relabel,
@@ -119,9 +126,10 @@ KEPT_IN_MEMORY_EVENTS = 1_000_000
 # sessions are built: about 1 KB and 10 us each, 25 us where each event is a session of its
 # own (440,000 such took 11 s), so the bound keeps the build within about 2.5 s. The mid size's
 # daily batch: 476,000 rows scanned in 0.6-1.0 s, 42,300 kept, their sessions built in 0.4 s,
-# where Spark's job took 2-3 s more. A run that recomputes many whole dates (a rebuild) keeps
-# Spark's pass, on both cores; one that kept more than the bound reads its events again with
-# Spark.
+# where Spark's job took 2-3 s more. Such a run then commits on the driver too when what it
+# rewrites fits (pipeline/sessions_on_driver.py). A run that recomputes many whole dates (a
+# rebuild) keeps Spark's pass, on both cores; one that kept more than the bound reads its
+# events again with Spark.
 EVENTS_SCANNED_ON_DRIVER = 1_000_000
 EVENTS_BUILT_ON_DRIVER = 100_000
 
@@ -227,35 +235,67 @@ def update_sessions(
         # Spark plans a kept frame when it is kept, and an action when it runs: all of them
         # from here on have shuffles sized for the run.
         with shuffle_partitions_for(spark, rows=whole_rows):
-            files, old = _old_rows(store, plan, keep=keep)
+            files = _old_files(store, plan)
+            found = _addition_candidates(plan, event_rows=event_rows, settings=settings)
+            # Without additions, a run whose sessions the driver builds commits there too when
+            # what it rewrites fits (pipeline/sessions_on_driver.py): no Spark job.
+            on_driver = (
+                _built_on_driver(
+                    store,
+                    plan,
+                    settings=settings,
+                    report=report,
+                    skipped=set(),
+                    event_rows=event_rows,
+                )
+                if found is None
+                else None
+            )
+            if (
+                on_driver is not None
+                and files is not None
+                and fits_on_driver(store, on_driver[0], files=files, relabel=relabel)
+            ):
+                _report_commit(
+                    report,
+                    commit_on_driver(
+                        store,
+                        spark,
+                        built=on_driver[0],
+                        events=on_driver[1],
+                        scope=plan.scope,
+                        files=files,
+                        relabel=relabel,
+                        tags=tags,
+                        read_versions=(read_at[SESSIONS], read_at[SESSION_QUARANTINE]),
+                        run_id=run_id,
+                    ),
+                )
+                report.sessions_version = store.version(SESSIONS)
+                return _finish(store, plan, run_id, read_at, report)
+            old = None if files is None else _old_rows(store, plan, files, keep=keep)
             if old is not None:
                 frames.append(old)
-            additions = _additions(
-                store, spark, plan, old=old, event_rows=event_rows, settings=settings
+            additions = (
+                None
+                if found is None or old is None
+                else isolated_pairs(store, spark, found=found, old=old, settings=settings)
             )
             report.users_from_additions = 0 if additions is None else len(additions.users)
             report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
-            skipped = set() if additions is None else additions.pairs
-            events: DataFrame | EventsRead
-            rows = _events_on_driver(
-                store,
-                plan,
-                settings=settings,
-                report=report,
-                skipped=skipped,
-                event_rows=event_rows,
-            )
-            if rows is not None:
-                events = EventsRead(rows.num_rows, len(pc.unique(rows.column("user_id"))))
-                built = spark.createDataFrame(
-                    sessions_with_quarantine_rows(
-                        rows,
-                        gap=settings.session_gap,
-                        max_length=settings.max_session_length,
-                        conversion_events=settings.conversion_events,
-                        session_dates=plan.computed,
-                    )
+            if found is not None:  # the isolated pairs' events are not read
+                on_driver = _built_on_driver(
+                    store,
+                    plan,
+                    settings=settings,
+                    report=report,
+                    skipped=set() if additions is None else additions.pairs,
+                    event_rows=event_rows,
                 )
+            events: DataFrame | EventsRead
+            if on_driver is not None:
+                built = spark.createDataFrame(on_driver[0])
+                events = on_driver[1]
             else:
                 events = _read_events(
                     store,
@@ -264,7 +304,7 @@ def update_sessions(
                     report=report,
                     frames=frames,
                     keep=keep,
-                    skipped=skipped,
+                    skipped=set() if additions is None else additions.pairs,
                     event_rows=event_rows,
                 )
                 built = sessions_with_quarantine(
@@ -314,9 +354,33 @@ def update_sessions(
     finally:
         for frame in frames:
             frame.unpersist()
+    return _finish(store, plan, run_id, read_at, report)
+
+
+def _finish(
+    store: DeltaStore,
+    plan: _Plan,
+    run_id: str,
+    read_at: Mapping[TableSpec, int],
+    report: SessionsReport,
+) -> SessionsReport:
+    """Record the progress of a run that recomputed its dates, and report them."""
     _record_progress(store, plan, plan.computed, run_id, read_at, report)
     report.recomputed = plan.scope.whole
     return report
+
+
+def _report_commit(report: SessionsReport, done: DriverCommit) -> None:
+    """What a commit on the driver changed, in the run's report."""
+    summary = done.summary
+    report.changed = sorted(summary.changes)
+    report.changes_by_date = summary.changes
+    report.events_read = summary.events_read
+    report.users_recomputed = summary.users_read
+    report.files_total = done.files_total
+    report.rows_written = done.rows_written
+    report.files_rewritten = done.files_rewritten
+    report.files_searched = done.files_searched
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -456,7 +520,7 @@ def _users_by_event_date(
     return wanted
 
 
-def _events_on_driver(
+def _built_on_driver(
     store: DeltaStore,
     plan: _Plan,
     *,
@@ -464,9 +528,10 @@ def _events_on_driver(
     report: SessionsReport,
     skipped: set[tuple[date, str]],
     event_rows: Mapping[str, int],
-) -> pa.Table | None:
-    """What `_read_events` reads, read with Arrow on the driver in one pass (no Spark job),
-    when the dates it reads hold at most EVENTS_SCANNED_ON_DRIVER events and it keeps at most
+) -> tuple[pa.Table, EventsRead] | None:
+    """The sessions the driver builds (`sessions_with_quarantine_rows`) from what
+    `_read_events` reads, read with Arrow in one pass (no Spark job), and what was read; when
+    the dates it reads hold at most EVENTS_SCANNED_ON_DRIVER events and it keeps at most
     EVENTS_BUILT_ON_DRIVER; None otherwise. The whole dates' windows are read whole; elsewhere
     the touched users' row groups (the files are sorted by user), then their rows matched on
     (event date, user)."""
@@ -486,15 +551,9 @@ def _events_on_driver(
         where=pc.field("event_date").isin(pa.array(whole_window, pa.date32()))
         | pc.field("user_id").isin(pa.array(users, pa.string())),
     )
-    # A row of a date read by user is kept for its own date's users only: the key is the
-    # date's fixed-width text and the user (not `checks.scope.rows_matching`'s semi join:
-    # Arrow's joins take no struct columns, and events have two).
-    key = pc.binary_join_element_wise(
-        pc.cast(read.column("event_date"), pa.string()), read.column("user_id"), "|"
-    )
-    listed = [
-        f"{day.isoformat()}|{user}" for day, looked_up in wanted.items() for user in looked_up
-    ]
+    # A row of a date read by user is kept for its own date's users only.
+    key = pair_keys(read, partition="event_date", key="user_id")
+    listed = pair_texts((day, user) for day, looked_up in wanted.items() for user in looked_up)
     keep = pc.or_(
         pc.is_in(read.column("event_date"), pa.array(whole_window, pa.date32())),
         pc.is_in(key, pa.array(listed, pa.string())),
@@ -505,40 +564,41 @@ def _events_on_driver(
     report.dates_searched_by_user = len(wanted)
     report.users_looked_up = len(listed)
     report.events_rows_scanned = _events_on(event_rows, whole_window)
-    return kept
+    built = sessions_with_quarantine_rows(
+        kept,
+        gap=settings.session_gap,
+        max_length=settings.max_session_length,
+        conversion_events=settings.conversion_events,
+        session_dates=plan.computed,
+    )
+    return built, EventsRead(kept.num_rows, len(pc.unique(kept.column("user_id"))))
 
 
-def _old_rows(
-    store: DeltaStore, plan: _Plan, *, keep: StorageLevel
-) -> tuple[list[str] | None, DataFrame | None]:
+def _old_files(store: DeltaStore, plan: _Plan) -> list[str] | None:
     """The sessions files that can hold the touched pairs' old rows (from the log's per-file
-    user ranges: a few files of each old date instead of all of them), and the old rows of
-    the scope in them, each with its file, kept at `keep`: compared with the new rows, and
-    what the isolated pairs' sessions are updated from. Both None when the pairs are too many
-    to list (their dates are then read whole for the diff)."""
+    user ranges: a few files of each old date instead of all of them); None when the pairs
+    are too many to list (their dates are then read whole for the diff)."""
     if plan.scope.listed is None:
-        return None, None
-    files = store.files_with_values(
+        return None
+    return store.files_with_values(
         SESSIONS, column="user_id", values=plan.scope.listed, whole=plan.scope.whole
     )
-    old = plan.scope.within(store.read_files(SESSIONS, files, with_file=True)).persist(keep)
-    return files, old
 
 
-def _additions(
-    store: DeltaStore,
-    spark: SparkSession,
-    plan: _Plan,
-    *,
-    old: DataFrame | None,
-    event_rows: Mapping[str, int],
-    settings: Settings,
-) -> Additions | None:
-    """The touched pairs whose sessions are updated from their old rows and their added
-    events (pipeline/sessions_additions.py); None for none, or when the dates only they
-    would read hold fewer than ADDITIONS_MIN_EVENTS_SKIPPED events."""
+def _old_rows(store: DeltaStore, plan: _Plan, files: list[str], *, keep: StorageLevel) -> DataFrame:
+    """The old rows of the scope in `files`, each with its file, kept at `keep`: compared with
+    the new rows, and what the isolated pairs' sessions are updated from."""
+    return plan.scope.within(store.read_files(SESSIONS, files, with_file=True)).persist(keep)
+
+
+def _addition_candidates(
+    plan: _Plan, *, event_rows: Mapping[str, int], settings: Settings
+) -> Candidates | None:
+    """The clusters of added events whose pairs may be updated from their old rows and those
+    events (pipeline/sessions_additions.py): None for none, or when the dates only they would
+    read hold fewer than ADDITIONS_MIN_EVENTS_SKIPPED events."""
     listed = plan.scope.listed
-    if old is None or listed is None:  # both or neither (`_old_rows`)
+    if listed is None:
         return None
     found = candidates(plan.changed, listed=listed, absorbed=plan.absorbed, settings=settings)
     if not found.times:
@@ -546,7 +606,7 @@ def _additions(
     skippable = found.skippable(listed, settings) - set(event_window(plan.scope.whole, settings))
     if _events_on(event_rows, skippable) < sessions_additions.ADDITIONS_MIN_EVENTS_SKIPPED:
         return None
-    return isolated_pairs(store, spark, found=found, old=old, settings=settings)
+    return found
 
 
 def _events_on(event_rows: Mapping[str, int], dates: Iterable[PartitionValue]) -> int:

@@ -3,6 +3,7 @@ the one-job summary of the diff against the old rows, and the rows its commit dr
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
@@ -241,4 +242,39 @@ def summarise(
         users_read=figures.get("users_read", 0),
         flagged=figures.get("flagged", 0),
         old_files=old_files,
+    )
+
+
+def summarise_rows(diff: pa.Table, *, events: EventsRead, flagged: int) -> SessionsSummary:
+    """`summarise` of a diff made on the driver (`corrections.diff_session_rows`): every
+    changed pair is listed, whatever their number (the driver's rewrite takes them as a
+    table); `old_files` is left to the caller, which holds the old rows' files."""
+    per_session: dict[tuple[date, str, str], set[str]] = {}
+    for day, session, user, change in zip(
+        *(diff[name].to_pylist() for name in ("session_date", "session_id", "user_id", "change")),
+        strict=True,
+    ):
+        per_session.setdefault((day, session, user), set()).add(change)
+    counts: dict[date, Counter[str]] = {}
+    users: dict[date, set[str]] = {}
+    for (day, _, user), changes in per_session.items():
+        kind = (
+            "replaced" if len(changes) == 2 else ("inserted" if "added" in changes else "removed")
+        )
+        counts.setdefault(day, Counter())[kind] += 1
+        users.setdefault(day, set()).add(user)
+    return SessionsSummary(
+        changes={
+            day: DateChanges(
+                inserted=counts[day]["inserted"],
+                replaced=counts[day]["replaced"],
+                removed=counts[day]["removed"],
+                users=len(users[day]),
+            )
+            for day in sorted(counts)
+        },
+        changed_pairs=sorted((day, user) for day, held in users.items() for user in held),
+        events_read=events.events,
+        users_read=events.users,
+        flagged=flagged,
     )

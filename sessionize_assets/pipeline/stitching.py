@@ -34,7 +34,7 @@ from sessionize_assets.lake.store import AppTransaction, DeltaStore
 from sessionize_assets.lake.tables import SESSIONS, USER_IDENTITIES
 from sessionize_assets.pipeline.corrections import mark_logged
 from sessionize_assets.pipeline.identities import changed_rows
-from sessionize_assets.pipeline.keyed_reads import pair_texts
+from sessionize_assets.pipeline.keyed_reads import pair_keys, pair_texts
 
 IDENTITIES_APPLIED = "sessionize.sessions.identities_version"
 # Commit metadata of a relabel committed alone (sessions, and the corrections log's mark): a
@@ -106,7 +106,10 @@ def plan_relabel(store: DeltaStore) -> Relabel:
     stale = held.filter(differs)
     days, users = stale["session_date"].to_pylist(), stale["user_id"].to_pylist()
     pairs = sorted(set(zip(days, users, strict=True)))
-    in_pairs = pc.is_in(_pair_keys(held), pa.array(pair_texts(pairs), pa.string()))
+    in_pairs = pc.is_in(
+        pair_keys(held, partition="session_date", key="user_id"),
+        pa.array(pair_texts(pairs), pa.string()),
+    )
     rows = held.set_column(
         held.schema.get_field_index("stitched_user_id"), "stitched_user_id", stitched
     ).filter(in_pairs)
@@ -129,7 +132,9 @@ def relabelled_rows(relabel: Relabel, *, recomputed: set[tuple[date, str]]) -> p
     if relabel.rows is None or not relabel.rows.num_rows:
         return None
     keys = pa.array(pair_texts(sorted(recomputed)), pa.string())
-    rows = relabel.rows.filter(pc.invert(pc.is_in(_pair_keys(relabel.rows), keys)))
+    rows = relabel.rows.filter(
+        pc.invert(pc.is_in(pair_keys(relabel.rows, partition="session_date", key="user_id"), keys))
+    )
     return rows if rows.num_rows else None
 
 
@@ -152,13 +157,6 @@ def commit_relabel(
     )
     if commit.version is not None:
         mark_logged(store, sessions_version=commit.version, tags={**tags, **RELABEL_COMMIT})
-
-
-def _pair_keys(rows: pa.Table) -> pa.ChunkedArray:
-    """`date|user` per row, as `keyed_reads.pair_texts` writes a pair."""
-    return pc.binary_join_element_wise(
-        pc.cast(rows["session_date"], pa.string()), rows["user_id"], "|"
-    )
 
 
 def _changed_mapping(

@@ -9,6 +9,8 @@ session keyed by an anonymous id (no userId yet) joins its user's sessions.
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -61,3 +63,14 @@ def stitch(sessions: DataFrame, identities: DataFrame | None) -> DataFrame:
         .withColumn("stitched_user_id", F.coalesce(F.col("_mapped"), F.col("user_id")))
         .drop("_key", "_mapped")
     )
+
+
+def stitch_rows(sessions: pa.Table, identities: pa.Table | None) -> pa.Table:
+    """`stitch` on the driver: `sessions` with `stitched_user_id` appended, from the
+    (`anonymous_id`, `user_id`) rows of `identities` (one per anonymous id)."""
+    user = sessions["user_id"]
+    if identities is None or not identities.num_rows:
+        return sessions.append_column("stitched_user_id", user)
+    found = pc.index_in(user, value_set=identities["anonymous_id"])
+    mapped = identities["user_id"].take(found)
+    return sessions.append_column("stitched_user_id", pc.coalesce(mapped, user))

@@ -37,6 +37,7 @@ from sessionize_assets.transforms.sessions import (
     PAGE,
     PAGE_VIEW_TYPES,
     QUARANTINE_DETAIL,
+    QUARANTINE_REASON,
     TRACK,
     micros,
 )
@@ -67,6 +68,8 @@ def _schema() -> pa.Schema:
 
 # The Arrow schema of `sessions_with_quarantine_rows`.
 SESSIONS_ROWS_SCHEMA = _schema()
+_SESSIONS_SCHEMA = to_arrow_schema(SESSIONS.schema)
+_QUARANTINE_SCHEMA = to_arrow_schema(SESSION_QUARANTINE.schema)
 
 
 @dataclass
@@ -112,6 +115,29 @@ def sessions_with_quarantine_rows(
         numbers[(chain.user_id, session_date)] = number
         rows.append(_session_row(chain, session_date, number, cap_us=cap_us))
     return pa.Table.from_pylist(rows, schema=SESSIONS_ROWS_SCHEMA)
+
+
+def split_quarantine_rows(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """`split_quarantine` of `sessions_with_quarantine_rows`' rows with `stitched_user_id`
+    appended: the `sessions` rows and the `session_quarantine` rows, in their tables' Arrow
+    schemas."""
+    sessions = _SESSIONS_SCHEMA
+    flagged = rows.filter(pc.fill_null(rows["is_quarantined"], False))
+    detail = flagged[QUARANTINE_DETAIL]
+    quarantine = {
+        **{
+            name: flagged[name]
+            for name in ("session_id", "user_id", "session_date", "session_start")
+        },
+        **{field.name: pc.struct_field(detail, field.name) for field in detail.type},
+        "reason": pa.repeat(pa.scalar(QUARANTINE_REASON, pa.string()), flagged.num_rows),
+    }
+    return (
+        pa.table([rows[name] for name in sessions.names], schema=sessions),
+        pa.table(
+            [quarantine[name] for name in _QUARANTINE_SCHEMA.names], schema=_QUARANTINE_SCHEMA
+        ),
+    )
 
 
 def _event_rows(events: pa.Table) -> list[dict[str, Any]]:

@@ -11,12 +11,18 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from sessionize_assets.lake.tables import EVENTS
+from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.transforms.attributes import UTM_FIELDS
-from sessionize_assets.transforms.sessions import SESSION_EVENT_COLUMNS, sessions_with_quarantine
+from sessionize_assets.transforms.identities import stitch, stitch_rows
+from sessionize_assets.transforms.sessions import (
+    SESSION_EVENT_COLUMNS,
+    sessions_with_quarantine,
+    split_quarantine,
+)
 from sessionize_assets.transforms.sessions_rows import (
     SESSIONS_ROWS_SCHEMA,
     sessions_with_quarantine_rows,
+    split_quarantine_rows,
 )
 
 START = datetime(2026, 1, 4, 21)
@@ -81,7 +87,8 @@ def _events(drawn: list[dict]) -> pa.Table:
 )
 def test_the_sessions_of_rows_on_the_driver_equal_sparks(spark, drawn, dates, gap):
     """Chains, the cap and quarantine, the attributes, the channel, the session id and
-    number, and the dates kept: the driver gives Spark's rows, with its types."""
+    number, the dates kept, the label stitching gives and the split into the two tables: the
+    driver gives Spark's rows, with its types."""
     events = _events(drawn)
     options = {
         "gap": gap,
@@ -94,8 +101,17 @@ def test_the_sessions_of_rows_on_the_driver_equal_sparks(spark, drawn, dates, ga
     assert on_driver.schema == SESSIONS_ROWS_SCHEMA
     # The same columns and types (Spark's plan also knows some are never null).
     assert in_spark.schema.simpleString() == from_arrow_schema(on_driver.schema).simpleString()
-    spark_rows = [row.asDict(recursive=True) for row in in_spark.collect()]
-    assert _ordered(_naive(on_driver.to_pylist())) == _ordered(spark_rows)
+    # Stitched (the device `u` signed in as `person`) and split, as a run commits them.
+    identities = pa.table({"anonymous_id": ["u"], "user_id": ["person"]})
+    sessions, quarantine = split_quarantine(stitch(in_spark, spark.createDataFrame(identities)))
+    sessions_rows, quarantine_rows = split_quarantine_rows(stitch_rows(on_driver, identities))
+    for table, frame in ((SESSIONS, sessions), (SESSION_QUARANTINE, quarantine)):
+        assert frame.schema.fieldNames() == table.schema.fieldNames()
+    assert sessions_rows.schema == to_arrow_schema(SESSIONS.schema)
+    assert quarantine_rows.schema == to_arrow_schema(SESSION_QUARANTINE.schema)
+    for rows, frame in ((sessions_rows, sessions), (quarantine_rows, quarantine)):
+        spark_rows = [row.asDict(recursive=True) for row in frame.collect()]
+        assert _ordered(_naive(rows.to_pylist())) == _ordered(spark_rows)
 
 
 def _naive(rows: list[dict]) -> list[dict]:

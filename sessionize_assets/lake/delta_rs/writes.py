@@ -87,8 +87,13 @@ class DeltaRsTables(DeltaRsReads, ABC):
     def writes_on_driver(self, df: DataFrame) -> bool:
         return self.driver_write_size(df) is not None
 
-    def rewrites_on_driver(self, spec: TableSpec, df: DataFrame, *, files: Collection[str]) -> bool:
-        size = self.driver_write_size(df)
+    def rewrites_on_driver(
+        self, spec: TableSpec, rows: DataFrame | pa.Table, *, files: Collection[str]
+    ) -> bool:
+        if isinstance(rows, DataFrame):
+            size = self.driver_write_size(rows)
+        else:
+            size = rows.nbytes if self.collects_on_driver(rows.nbytes) else None
         table = self._table(spec)
         if size is None or table is None:
             return size is not None
