@@ -18,7 +18,12 @@ from pyspark.sql import SparkSession
 
 from sessionize_assets.checks import scope as check_scope
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
-from sessionize_assets.pipeline import keyed_reads, sessions_additions, sessions_diff
+from sessionize_assets.pipeline import (
+    keyed_reads,
+    sessions_additions,
+    sessions_diff,
+    sessions_events,
+)
 from sessionize_assets.pipeline import sessions as sessions_pipeline
 from sessionize_assets.resources import spark as spark_resource_module
 from sessionize_assets.resources.spark import (
@@ -253,11 +258,11 @@ def pair_placement(request, monkeypatch, pipeline: Pipeline) -> str:
     sessions, KEPT_IN_MEMORY_EVENTS below 0 keeps a sessions run's frames on disk,
     and SHUFFLE_PARTITION_ROWS of 500 gives its shuffles more partitions, as a large range's)."""
     if request.param == "join":
-        for module in (sessions_pipeline, sessions_diff, keyed_reads, check_scope):
+        for module in (sessions_events, sessions_diff, keyed_reads, check_scope):
             monkeypatch.setattr(module, "PUSHED_KEYS_TOTAL", 0)
         monkeypatch.setattr(keyed_reads, "BROADCAST_KEYS", 0)
         monkeypatch.setattr(sessions_pipeline, "KEPT_IN_MEMORY_EVENTS", -1)
-        monkeypatch.setattr(sessions_pipeline, "EVENTS_BUILT_ON_DRIVER", 0)
+        monkeypatch.setattr(sessions_events, "EVENTS_BUILT_ON_DRIVER", 0)
         monkeypatch.setattr(spark_resource_module, "SHUFFLE_PARTITION_ROWS", 500)
         pipeline.settings = replace(pipeline.settings, driver_write_bytes=0)
         pipeline.store = type(pipeline.store)(

@@ -14,6 +14,7 @@ from sessionize_assets.lake.tables import (
     SESSIONS_FILE_ROWS,
 )
 from sessionize_assets.pipeline import sessions as sessions_pipeline
+from sessionize_assets.pipeline import sessions_events
 from sessionize_assets.transforms.sessions import sessions_with_quarantine
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.harness import Pipeline, day
@@ -116,7 +117,7 @@ def test_a_run_that_keeps_more_events_than_the_driver_builds_reads_them_again_in
     """EVENTS_BUILT_ON_DRIVER 2: the first batch's two events are built on the driver; the
     late batch's run reads three (its touched pair's), too many, and Spark reads and builds
     them instead. Both equal the full recompute."""
-    monkeypatch.setattr(sessions_pipeline, "EVENTS_BUILT_ON_DRIVER", 2)
+    monkeypatch.setattr(sessions_events, "EVENTS_BUILT_ON_DRIVER", 2)
     spark_passes = []
 
     def spark_pass(*args, **kwargs):

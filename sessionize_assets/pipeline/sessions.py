@@ -26,15 +26,14 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.parquet_files import files_named
-from sessionize_assets.lake.store import DeltaStore, PartitionValue, TableSpec, partition_string
+from sessionize_assets.lake.store import DeltaStore, TableSpec
 from sessionize_assets.lake.tables import (
     EVENTS,
     SESSION_QUARANTINE,
@@ -54,13 +53,9 @@ from sessionize_assets.pipeline.corrections import (
 from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
 from sessionize_assets.pipeline.keyed_reads import (
     PRUNING_PAIRS_LIMIT,
-    PUSHED_KEYS_TOTAL,
     keys_by_partition,
     keys_for_join,
     pair_filter,
-    pair_keys,
-    pair_texts,
-    read_by_keys,
 )
 from sessionize_assets.pipeline.manifests import (
     SessionsProgress,
@@ -77,10 +72,15 @@ from sessionize_assets.pipeline.sessions_diff import (
     DateChanges,
     EventsRead,
     SessionsScope,
-    event_dates_of,
     pairs_table,
     rewritten,
     summarise,
+)
+from sessionize_assets.pipeline.sessions_events import (
+    EventsLookup,
+    built_on_driver,
+    events_on,
+    read_events,
 )
 from sessionize_assets.pipeline.sessions_on_driver import (
     DriverCommit,
@@ -102,11 +102,9 @@ from sessionize_assets.resources.spark import shuffle_partitions_for
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.identities import stitch
 from sessionize_assets.transforms.sessions import (
-    SESSION_EVENT_COLUMNS,
     sessions_with_quarantine,
     split_quarantine,
 )
-from sessionize_assets.transforms.sessions_rows import sessions_with_quarantine_rows
 
 # A run keeps what it reuses (the events it read, the sessions it computed, their diff) in
 # memory, spilling to disk, while its whole dates hold at most this many events; past it, on
@@ -116,22 +114,6 @@ from sessionize_assets.transforms.sessions_rows import sessions_with_quarantine_
 # batch's whole dates (its new days) hold about 100,000 events at the mid size, 400,000 at
 # the full size.
 KEPT_IN_MEMORY_EVENTS = 1_000_000
-
-# A run whose events to read are on dates holding at most EVENTS_SCANNED_ON_DRIVER events (the
-# log's counts) reads them with Arrow, and builds their sessions on the driver when it kept at
-# most EVENTS_BUILT_ON_DRIVER (`transforms/sessions_rows.py`): Spark's pass over a daily
-# batch's few thousand events was a job of about 14 stages, a second or more of scheduling.
-# The dates are scanned by row group (the touched users' only, outside the whole dates'
-# windows, which are kept whole), and the rows kept are held as Python objects while their
-# sessions are built: about 1 KB and 10 us each, 25 us where each event is a session of its
-# own (440,000 such took 11 s), so the bound keeps the build within about 2.5 s. The mid size's
-# daily batch: 476,000 rows scanned in 0.6-1.0 s, 42,300 kept, their sessions built in 0.4 s,
-# where Spark's job took 2-3 s more. Such a run then commits on the driver too when what it
-# rewrites fits (pipeline/sessions_on_driver.py). A run that recomputes many whole dates (a
-# rebuild) keeps Spark's pass, on both cores; one that kept more than the bound reads its
-# events again with Spark.
-EVENTS_SCANNED_ON_DRIVER = 1_000_000
-EVENTS_BUILT_ON_DRIVER = 100_000
 
 
 def session_definition(settings: Settings) -> str:
@@ -198,12 +180,15 @@ def update_sessions(
     """Bring these sessions dates up to date with `events`, recomputing only what changed.
 
     The recipe: log what a killed run left unlogged and bring identities up to date; plan which
-    dates are recomputed whole and which (user, date) pairs elsewhere (`_plan`); read the old
-    rows of those pairs (`_old_rows`) and tell the pairs whose added events join no old chain
-    (`_additions`); read the other pairs' users' events (`_read_events`); recompute those,
-    update the isolated ones from their old rows and added events, and stitch them all;
-    commit the pairs whose rows differ with their corrections (`_commit_sessions`) and the
-    quarantine (`_commit_quarantine`); record what each date has absorbed.
+    dates are recomputed whole and which (user, date) pairs elsewhere (`_plan`); find the files
+    holding those pairs' old rows (`_old_files`) and the added events that may join no old
+    chain (`_addition_candidates`). A small run then reads its events, builds their sessions
+    and commits them on the driver (pipeline/sessions_events.py, sessions_on_driver.py).
+    Otherwise: read the old rows (`_old_rows`) and tell the isolated pairs; read the other
+    pairs' users' events (`read_events`); recompute those, update the isolated ones from their
+    old rows and added events, and stitch them all; commit the pairs whose rows differ with
+    their corrections (`_commit_sessions`) and the quarantine (`_commit_quarantine`). Last,
+    record what each date has absorbed.
     """
     dates = sorted(set(session_dates))
     report = SessionsReport(requested=dates)
@@ -230,21 +215,22 @@ def update_sessions(
         # Events per date from the log's statistics, read once: the run's size, the additions'
         # gate and the rows the lookup scanned.
         event_rows = store.row_counts(EVENTS)
-        whole_rows = _events_on(event_rows, event_window(plan.scope.whole, settings))
+        whole_rows = events_on(event_rows, event_window(plan.scope.whole, settings))
         keep = _kept_at(whole_rows)
         # Spark plans a kept frame when it is kept, and an action when it runs: all of them
         # from here on have shuffles sized for the run.
         with shuffle_partitions_for(spark, rows=whole_rows):
             files = _old_files(store, plan)
             found = _addition_candidates(plan, event_rows=event_rows, settings=settings)
+            rules = _rules(plan, settings)
             # Without additions, a run whose sessions the driver builds commits there too when
             # what it rewrites fits (pipeline/sessions_on_driver.py): no Spark job.
             on_driver = (
-                _built_on_driver(
+                built_on_driver(
                     store,
-                    plan,
+                    plan.scope,
                     settings=settings,
-                    report=report,
+                    rules=rules,
                     skipped=set(),
                     event_rows=event_rows,
                 )
@@ -256,6 +242,7 @@ def update_sessions(
                 and files is not None
                 and fits_on_driver(store, on_driver[0], files=files, relabel=relabel)
             ):
+                _report_lookup(report, on_driver[2])
                 _report_commit(
                     report,
                     commit_on_driver(
@@ -283,37 +270,32 @@ def update_sessions(
             )
             report.users_from_additions = 0 if additions is None else len(additions.users)
             report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
+            skipped = set() if additions is None else additions.pairs
             if found is not None:  # the isolated pairs' events are not read
-                on_driver = _built_on_driver(
+                on_driver = built_on_driver(
                     store,
-                    plan,
+                    plan.scope,
                     settings=settings,
-                    report=report,
-                    skipped=set() if additions is None else additions.pairs,
+                    rules=rules,
+                    skipped=skipped,
                     event_rows=event_rows,
                 )
             events: DataFrame | EventsRead
             if on_driver is not None:
                 built = spark.createDataFrame(on_driver[0])
-                events = on_driver[1]
+                events, lookup = on_driver[1], on_driver[2]
             else:
-                events = _read_events(
+                events, lookup = read_events(
                     store,
-                    plan,
+                    plan.scope,
                     settings=settings,
-                    report=report,
                     frames=frames,
                     keep=keep,
-                    skipped=set() if additions is None else additions.pairs,
+                    skipped=skipped,
                     event_rows=event_rows,
                 )
-                built = sessions_with_quarantine(
-                    events,
-                    gap=settings.session_gap,
-                    max_length=settings.max_session_length,
-                    conversion_events=settings.conversion_events,
-                    session_dates=plan.computed,
-                )
+                built = sessions_with_quarantine(events, **rules)
+            _report_lookup(report, lookup)
             if additions is not None and old is not None:
                 # The isolated pairs from their old rows and added events; the others
                 # recomputed from `events` (whole dates are never isolated).
@@ -368,6 +350,22 @@ def _finish(
     _record_progress(store, plan, plan.computed, run_id, read_at, report)
     report.recomputed = plan.scope.whole
     return report
+
+
+def _rules(plan: _Plan, settings: Settings) -> dict[str, Any]:
+    """The arguments of SPEC §3's rules, in either engine, for the dates `plan` computes."""
+    return {
+        "gap": settings.session_gap,
+        "max_length": settings.max_session_length,
+        "conversion_events": settings.conversion_events,
+        "session_dates": plan.computed,
+    }
+
+
+def _report_lookup(report: SessionsReport, lookup: EventsLookup) -> None:
+    report.dates_searched_by_user = lookup.dates_searched_by_user
+    report.users_looked_up = lookup.users_looked_up
+    report.events_rows_scanned = lookup.events_rows_scanned
 
 
 def _report_commit(report: SessionsReport, done: DriverCommit) -> None:
@@ -456,124 +454,6 @@ def _plan(
     )
 
 
-def _read_events(
-    store: DeltaStore,
-    plan: _Plan,
-    *,
-    settings: Settings,
-    report: SessionsReport,
-    frames: list[DataFrame],
-    keep: StorageLevel,
-    skipped: set[tuple[date, str]],
-    event_rows: Mapping[str, int],
-) -> DataFrame:
-    """Every user's events around whole dates; elsewhere each touched pair's user's events in
-    that pair's window, found by user (Parquet skips the other users' row groups), but for the
-    `skipped` pairs (updated from their additions). With a few pairs on the driver, so are the
-    users of each event date. Persisted frames (at `keep`) go to `frames`; `event_rows` are
-    the events per date (`DeltaStore.row_counts`)."""
-    columns = list(SESSION_EVENT_COLUMNS)
-    whole_window = event_window(plan.scope.whole, settings)
-    wanted: DataFrame | dict[date, set[str]] | None = _users_by_event_date(
-        plan, settings=settings, skipped=skipped
-    )
-    if wanted is None:
-        wanted = (
-            plan.scope.pairs.select("user_id", event_dates_of(F.col("session_date"), settings))
-            .where(~F.col("event_date").isin(whole_window))
-            .select("event_date", "user_id")
-            .distinct()
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        frames.append(wanted)
-    lookup = read_by_keys(store, EVENTS, wanted=wanted, key="user_id", columns=columns)
-    report.dates_searched_by_user = len(lookup.searched)
-    report.users_looked_up = lookup.keys_pushed
-    report.events_rows_scanned = _events_on(event_rows, [*whole_window, *lookup.scanned])
-    events = store.read(EVENTS, partitions=whole_window).select(*columns).unionByName(lookup.rows)
-    if plan.scope.pair_count:
-        # Found by user: kept, so the summary's count does not run the lookup again. Whole
-        # dates alone are not (every event of them, wide, held to be counted again by user).
-        events = events.persist(keep)
-        frames.append(events)
-    return events
-
-
-def _users_by_event_date(
-    plan: _Plan, *, settings: Settings, skipped: set[tuple[date, str]]
-) -> dict[date, set[str]] | None:
-    """The touched users whose events are looked up on each event date outside the whole
-    dates' windows (all of whose events are read), but for the `skipped` pairs; None when the
-    pairs did not come to the driver or are too many to look up by key."""
-    by_date = plan.scope.listed
-    if by_date is None or plan.scope.pair_count > PUSHED_KEYS_TOTAL:
-        return None
-    wanted: dict[date, set[str]] = {}
-    whole_window = set(event_window(plan.scope.whole, settings))
-    for session_date, users in by_date.items():
-        looked_up = [user for user in users if (session_date, user) not in skipped]
-        if not looked_up:
-            continue
-        for event_date in event_window([session_date], settings):
-            if event_date not in whole_window:
-                wanted.setdefault(event_date, set()).update(looked_up)
-    return wanted
-
-
-def _built_on_driver(
-    store: DeltaStore,
-    plan: _Plan,
-    *,
-    settings: Settings,
-    report: SessionsReport,
-    skipped: set[tuple[date, str]],
-    event_rows: Mapping[str, int],
-) -> tuple[pa.Table, EventsRead] | None:
-    """The sessions the driver builds (`sessions_with_quarantine_rows`) from what
-    `_read_events` reads, read with Arrow in one pass (no Spark job), and what was read; when
-    the dates it reads hold at most EVENTS_SCANNED_ON_DRIVER events and it keeps at most
-    EVENTS_BUILT_ON_DRIVER; None otherwise. The whole dates' windows are read whole; elsewhere
-    the touched users' row groups (the files are sorted by user), then their rows matched on
-    (event date, user)."""
-    wanted = _users_by_event_date(plan, settings=settings, skipped=skipped)
-    whole_window = event_window(plan.scope.whole, settings)
-    if (
-        wanted is None
-        or _events_on(event_rows, whole_window) > EVENTS_BUILT_ON_DRIVER
-        or _events_on(event_rows, [*whole_window, *wanted]) > EVENTS_SCANNED_ON_DRIVER
-    ):
-        return None
-    users = sorted({user for looked_up in wanted.values() for user in looked_up})
-    read = store.read_arrow(
-        EVENTS,
-        partitions=[*whole_window, *wanted],
-        columns=SESSION_EVENT_COLUMNS,
-        where=pc.field("event_date").isin(pa.array(whole_window, pa.date32()))
-        | pc.field("user_id").isin(pa.array(users, pa.string())),
-    )
-    # A row of a date read by user is kept for its own date's users only.
-    key = pair_keys(read, partition="event_date", key="user_id")
-    listed = pair_texts((day, user) for day, looked_up in wanted.items() for user in looked_up)
-    keep = pc.or_(
-        pc.is_in(read.column("event_date"), pa.array(whole_window, pa.date32())),
-        pc.is_in(key, pa.array(listed, pa.string())),
-    )
-    kept = read.filter(keep)
-    if kept.num_rows > EVENTS_BUILT_ON_DRIVER:
-        return None
-    report.dates_searched_by_user = len(wanted)
-    report.users_looked_up = len(listed)
-    report.events_rows_scanned = _events_on(event_rows, whole_window)
-    built = sessions_with_quarantine_rows(
-        kept,
-        gap=settings.session_gap,
-        max_length=settings.max_session_length,
-        conversion_events=settings.conversion_events,
-        session_dates=plan.computed,
-    )
-    return built, EventsRead(kept.num_rows, len(pc.unique(kept.column("user_id"))))
-
-
 def _old_files(store: DeltaStore, plan: _Plan) -> list[str] | None:
     """The sessions files that can hold the touched pairs' old rows (from the log's per-file
     user ranges: a few files of each old date instead of all of them); None when the pairs
@@ -604,14 +484,9 @@ def _addition_candidates(
     if not found.times:
         return None
     skippable = found.skippable(listed, settings) - set(event_window(plan.scope.whole, settings))
-    if _events_on(event_rows, skippable) < sessions_additions.ADDITIONS_MIN_EVENTS_SKIPPED:
+    if events_on(event_rows, skippable) < sessions_additions.ADDITIONS_MIN_EVENTS_SKIPPED:
         return None
     return found
-
-
-def _events_on(event_rows: Mapping[str, int], dates: Iterable[PartitionValue]) -> int:
-    """The events on these dates, from the rows per date `DeltaStore.row_counts` gives."""
-    return sum(event_rows.get(day, 0) for day in {partition_string(value) for value in dates})
 
 
 def _kept_at(whole_rows: int) -> StorageLevel:
