@@ -240,16 +240,16 @@ def update_sessions(
             if (
                 on_driver is not None
                 and files is not None
-                and fits_on_driver(store, on_driver[0], files=files, relabel=relabel)
+                and fits_on_driver(store, on_driver.sessions, files=files, relabel=relabel)
             ):
-                _report_lookup(report, on_driver[2])
+                _report_lookup(report, on_driver.lookup)
                 _report_commit(
                     report,
                     commit_on_driver(
                         store,
                         spark,
-                        built=on_driver[0],
-                        events=on_driver[1],
+                        built=on_driver.sessions,
+                        events=on_driver.read,
                         scope=plan.scope,
                         files=files,
                         relabel=relabel,
@@ -282,8 +282,8 @@ def update_sessions(
                 )
             events: DataFrame | EventsRead
             if on_driver is not None:
-                built = spark.createDataFrame(on_driver[0])
-                events, lookup = on_driver[1], on_driver[2]
+                built = spark.createDataFrame(on_driver.sessions)
+                events, lookup = on_driver.read, on_driver.lookup
             else:
                 events, lookup = read_events(
                     store,

@@ -60,6 +60,16 @@ class EventsLookup:
     events_rows_scanned: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class BuiltOnDriver:
+    """The sessions (`sessions_with_quarantine_rows`) of the events the driver read, and how
+    many events of how many users, found how."""
+
+    sessions: pa.Table
+    read: EventsRead
+    lookup: EventsLookup
+
+
 def users_by_event_date(
     scope: SessionsScope, *, settings: Settings, skipped: set[tuple[date, str]]
 ) -> dict[date, set[str]] | None:
@@ -89,7 +99,7 @@ def built_on_driver(
     rules: Mapping[str, Any],
     skipped: set[tuple[date, str]],
     event_rows: Mapping[str, int],
-) -> tuple[pa.Table, EventsRead, EventsLookup] | None:
+) -> BuiltOnDriver | None:
     """The sessions the driver builds (`sessions_with_quarantine_rows`, given `rules`) from what
     `read_events` reads, read with Arrow in one pass (no Spark job), and what was read; when
     the dates it reads hold at most EVENTS_SCANNED_ON_DRIVER events and it keeps at most
@@ -122,10 +132,10 @@ def built_on_driver(
     kept = read.filter(keep)
     if kept.num_rows > EVENTS_BUILT_ON_DRIVER:
         return None
-    return (
-        sessions_with_quarantine_rows(kept, **rules),
-        EventsRead(kept.num_rows, len(pc.unique(kept.column("user_id")))),
-        EventsLookup(
+    return BuiltOnDriver(
+        sessions=sessions_with_quarantine_rows(kept, **rules),
+        read=EventsRead(kept.num_rows, len(pc.unique(kept.column("user_id")))),
+        lookup=EventsLookup(
             dates_searched_by_user=len(wanted),
             users_looked_up=len(listed),
             events_rows_scanned=events_on(event_rows, whole_window),
