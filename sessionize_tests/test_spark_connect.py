@@ -100,9 +100,11 @@ def test_a_backlog_then_a_daily_batch_over_the_server_equal_the_full_recompute(s
         if re.match(rf"\[\d/{DAILY}\] ", line) and not line.startswith(f"[1/1] {START}..")
     ]
     assert len(progress) == DAILY and all(" ok in " in line for line in progress), output
-    # Counted by the server (the client has no SparkContext): as many as a local session's.
+    # Counted by the server (the client has no SparkContext): the client alone would count
+    # none. (A local session's count of such a batch: ingest 1, events 6, sessions none, built
+    # and committed on the driver.)
     jobs = [int(re.search(r"spark jobs=(\d+),", line).group(1)) for line in progress]
-    assert all(count >= 10 for count in jobs), progress
+    assert all(count > 0 for count in jobs), progress
     assert_tables_equal_the_full_recompute(settings, spark)
 
 
