@@ -164,16 +164,11 @@ def log_commit(
     """
     read = store.read_version(SESSION_CHANGES)
     if _logged_through(store) == sessions_version - 1:
-        if isinstance(diff, pa.Table):
-            store.rewrite_arrow(
-                SESSION_CHANGES,
-                add=_change_rows_arrow(diff, commit_version=sessions_version, run_id=run_id),
-                commit_metadata=tags,
-                app_transaction=AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version),
-                read_version=read,
-            )
-            return
-        rows = _change_rows(diff, commit_version=sessions_version, run_id=run_id)
+        rows = (
+            _change_rows_arrow(diff, commit_version=sessions_version, run_id=run_id)
+            if isinstance(diff, pa.Table)
+            else _change_rows(diff, commit_version=sessions_version, run_id=run_id)
+        )
         _log_changes(
             store, rows, sessions_version=sessions_version, commit_metadata=tags, read_version=read
         )
@@ -183,7 +178,7 @@ def log_commit(
 
 def _log_changes(
     store: DeltaStore,
-    changes: DataFrame,
+    changes: DataFrame | pa.Table,
     *,
     sessions_version: int,
     commit_metadata: Mapping[str, str],
@@ -193,12 +188,22 @@ def _log_changes(
     the log as holding every sessions version through it.
 
     Made against `read_version`, the log's version when its mark was read: a run that logged
-    in between (the same versions, or a later mark) fails it with `WriteConflictError`."""
+    in between (the same versions, or a later mark) fails it with `WriteConflictError`.
+    Rows made on the driver are written there."""
+    transaction = AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version)
+    if isinstance(changes, pa.Table):
+        return store.rewrite_arrow(
+            SESSION_CHANGES,
+            add=changes,
+            commit_metadata=commit_metadata,
+            app_transaction=transaction,
+            read_version=read_version,
+        )
     return store.rewrite(
         SESSION_CHANGES,
         add=lambda: changes,
         commit_metadata=commit_metadata,
-        app_transaction=AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version),
+        app_transaction=transaction,
         read_version=read_version,
     )
 
@@ -209,11 +214,11 @@ def mark_logged(store: DeltaStore, *, sessions_version: int, tags: Mapping[str, 
     versions in between from the Delta log (`log_unlogged_versions`), this one with them."""
     read = store.read_version(SESSION_CHANGES)
     if _logged_through(store) == sessions_version - 1:
-        store.rewrite_arrow(
-            SESSION_CHANGES,
-            add=pa.Table.from_pylist([], schema=to_arrow_schema(SESSION_CHANGES.schema)),
+        _log_changes(
+            store,
+            to_arrow_schema(SESSION_CHANGES.schema).empty_table(),
+            sessions_version=sessions_version,
             commit_metadata=tags,
-            app_transaction=AppTransaction(app_id=SESSIONS_LOGGED, version=sessions_version),
             read_version=read,
         )
 

@@ -71,6 +71,7 @@ from sessionize_assets.pipeline.sessions_additions import (
 from sessionize_assets.pipeline.sessions_diff import (
     DateChanges,
     EventsRead,
+    SessionsCommitted,
     SessionsScope,
     pairs_table,
     rewritten,
@@ -83,7 +84,6 @@ from sessionize_assets.pipeline.sessions_events import (
     read_events,
 )
 from sessionize_assets.pipeline.sessions_on_driver import (
-    DriverCommit,
     commit_on_driver,
     fits_on_driver,
 )
@@ -311,7 +311,7 @@ def update_sessions(
             stitched = stitch(plan.scope.within(built), identities).persist(keep)
             frames.append(stitched)
             sessions, quarantine = split_quarantine(stitched)
-            flagged = _commit_sessions(
+            committed = _commit_sessions(
                 store,
                 spark,
                 plan,
@@ -321,15 +321,15 @@ def update_sessions(
                 files=files,
                 relabel=relabel,
                 commit=_Commit(tags=tags, read_version=read_at[SESSIONS], run_id=run_id),
-                report=report,
                 frames=frames,
                 keep=keep,
             )
+            _report_commit(report, committed)
             _commit_quarantine(
                 store,
                 plan,
                 quarantine,
-                flagged=flagged,
+                flagged=committed.summary.flagged,
                 commit=_Commit(tags=tags, read_version=read_at[SESSION_QUARANTINE], run_id=run_id),
             )
         report.sessions_version = store.version(SESSIONS)
@@ -368,8 +368,8 @@ def _report_lookup(report: SessionsReport, lookup: EventsLookup) -> None:
     report.events_rows_scanned = lookup.events_rows_scanned
 
 
-def _report_commit(report: SessionsReport, done: DriverCommit) -> None:
-    """What a commit on the driver changed, in the run's report."""
+def _report_commit(report: SessionsReport, done: SessionsCommitted) -> None:
+    """What the run's commit changed, in its report."""
     summary = done.summary
     report.changed = sorted(summary.changes)
     report.changes_by_date = summary.changes
@@ -510,13 +510,12 @@ def _commit_sessions(
     files: list[str] | None,
     relabel: Relabel,
     commit: _Commit,
-    report: SessionsReport,
     frames: list[DataFrame],
     keep: StorageLevel,
-) -> int:
+) -> SessionsCommitted:
     """Compare the recomputed sessions with the old rows of their pairs, and commit the pairs
-    whose rows differ (with the relabelled pairs) and their corrections. Returns the sessions
-    flagged for quarantine. The diff is kept at `keep`."""
+    whose rows differ (with the relabelled pairs) and their corrections. Returns what changed
+    (with the sessions flagged for quarantine). The diff is kept at `keep`."""
     old_rows = (
         old
         if old is not None
@@ -527,7 +526,7 @@ def _commit_sessions(
     # Everything above, once; with the files holding an old row of a changed pair.
     summary = summarise(diff, events=events, sessions=sessions, old=old)
     changed_dates = sorted(summary.changes)
-    report.files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
+    files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
     if changed_dates:
         # Only the pairs whose rows differ are rewritten, on whole dates too: their old rows
         # were all compared, so the pairs that did not change keep their rows. The relabelled
@@ -584,16 +583,15 @@ def _commit_sessions(
             run_id=commit.run_id,
             tags=commit.tags,
         )
-        report.rows_written = done.rows_written
-        report.files_rewritten = done.files_removed
-        report.files_searched = None if searched is None else len(searched)
-    else:
-        commit_relabel(store, relabel, tags=commit.tags, read_version=commit.read_version)
-    report.changed = changed_dates
-    report.changes_by_date = summary.changes
-    report.events_read = summary.events_read
-    report.users_recomputed = summary.users_read
-    return summary.flagged
+        return SessionsCommitted(
+            summary=summary,
+            files_total=files_total,
+            rows_written=done.rows_written,
+            files_rewritten=done.files_removed,
+            files_searched=None if searched is None else len(searched),
+        )
+    commit_relabel(store, relabel, tags=commit.tags, read_version=commit.read_version)
+    return SessionsCommitted(summary=summary, files_total=files_total)
 
 
 def _commit_quarantine(

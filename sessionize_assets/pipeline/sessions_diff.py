@@ -10,13 +10,20 @@ from datetime import date
 from functools import cached_property, reduce
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.parquet_files import FILE_COLUMN
 from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.partitions import session_lookahead_days, session_lookback_days
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, keys_for_join, pair_filter
+from sessionize_assets.pipeline.keyed_reads import (
+    PUSHED_KEYS_TOTAL,
+    keys_for_join,
+    pair_filter,
+    pair_keys,
+    pair_texts,
+)
 from sessionize_assets.pipeline.stitching import Relabel, relabelled_rows
 from sessionize_assets.pipeline.touched import PAIR, days_around_column
 from sessionize_assets.settings import Settings
@@ -125,6 +132,19 @@ class SessionsScope:
         keep = _pair_filter((day, user) for day, users in self.listed.items() for user in users)
         return (keep | F.col("session_date").isin(self.whole)) if self.whole else keep
 
+    def mask(self, rows: pa.Table) -> pa.ChunkedArray:
+        """`within` on the driver: whether each Arrow row's (session_date, user_id) is in the
+        scope. Its pairs must be listed."""
+        listed = self.listed or {}
+        keys = pair_texts((day, user) for day, users in listed.items() for user in users)
+        keep = pc.is_in(
+            pair_keys(rows, partition="session_date", key="user_id"),
+            value_set=pa.array(keys, pa.string()),
+        )
+        if self.whole:
+            keep = pc.or_(keep, pc.is_in(rows["session_date"], pa.array(self.whole, pa.date32())))
+        return keep
+
     def within(self, rows: DataFrame) -> DataFrame:
         keep = self.rows_filter
         if keep is not None:
@@ -171,6 +191,18 @@ class SessionsSummary:
     # Spark's URIs of the files holding an old row of a changed pair (`old`'s `_file`); None
     # without `old`.
     old_files: list[str] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionsCommitted:
+    """What a sessions run's commit changed, on either path, for the run's report."""
+
+    summary: SessionsSummary
+    files_total: int  # live `sessions` files of the changed dates, before the commit
+    rows_written: int = 0
+    files_rewritten: int = 0
+    # The files searched for the old rows dropped; None when the pairs were too many to list.
+    files_searched: int | None = 0
 
 
 def summarise(

@@ -16,7 +16,6 @@ run to Spark).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,25 +28,14 @@ from sessionize_assets.pipeline.corrections import diff_session_rows, log_commit
 from sessionize_assets.pipeline.keyed_reads import pair_keys, pair_texts
 from sessionize_assets.pipeline.sessions_diff import (
     EventsRead,
+    SessionsCommitted,
     SessionsScope,
-    SessionsSummary,
     pairs_table,
     summarise_rows,
 )
 from sessionize_assets.pipeline.stitching import Relabel, commit_relabel, relabelled_rows
 from sessionize_assets.transforms.identities import stitch_rows
 from sessionize_assets.transforms.sessions_rows import split_quarantine_rows
-
-
-@dataclass(frozen=True, kw_only=True)
-class DriverCommit:
-    """What `commit_on_driver` changed, for the run's report."""
-
-    summary: SessionsSummary
-    files_total: int  # live `sessions` files of the changed dates
-    rows_written: int = 0
-    files_rewritten: int = 0
-    files_searched: int = 0
 
 
 def fits_on_driver(
@@ -71,7 +59,7 @@ def commit_on_driver(
     tags: dict[str, str],
     read_versions: tuple[int, int],
     run_id: str,
-) -> DriverCommit:
+) -> SessionsCommitted:
     """Commit the sessions `built` (`sessions_with_quarantine_rows` of the scope's events) as
     `pipeline/sessions.py`'s Spark path does: the pairs whose rows differ from their old rows
     in `files` (with the relabelled pairs), their corrections, and the scope's quarantine.
@@ -80,18 +68,16 @@ def commit_on_driver(
     `session_quarantine` the run read, for the commits' conflict checks; `spark` only logs
     the versions a killed run left unlogged (`corrections.log_commit`)."""
     sessions_read, quarantine_read = read_versions
-    built = built.filter(_in_scope(built, scope))
+    built = built.filter(scope.mask(built))
     sessions, quarantine = split_quarantine_rows(stitch_rows(built, _identities(store, built)))
     old = store.read_files_arrow(
         SESSIONS, files, columns=SESSIONS.schema.fieldNames(), with_file=True
     )
-    old = old.filter(_in_scope(old, scope))
+    old = old.filter(scope.mask(old))
     diff = diff_session_rows(old, sessions)
     summary = summarise_rows(diff, events=events, flagged=quarantine.num_rows)
     changed_dates = sorted(summary.changes)
-    result = DriverCommit(
-        summary=summary, files_total=len(store.live_files(SESSIONS, partitions=changed_dates))
-    )
+    files_total = len(store.live_files(SESSIONS, partitions=changed_dates))
     if changed_dates:
         changed = set(summary.changed_pairs or ())
         keys = pa.array(pair_texts(sorted(changed)), pa.string())
@@ -113,17 +99,18 @@ def commit_on_driver(
             read_version=sessions_read,
         )
         log_commit(store, spark, diff, sessions_version=done.version or 0, run_id=run_id, tags=tags)
-        result = DriverCommit(
+        committed = SessionsCommitted(
             summary=summary,
-            files_total=result.files_total,
+            files_total=files_total,
             rows_written=done.rows_written,
             files_rewritten=done.files_removed,
             files_searched=len(searched),
         )
     else:
         commit_relabel(store, relabel, tags=tags, read_version=sessions_read)
+        committed = SessionsCommitted(summary=summary, files_total=files_total)
     _commit_quarantine(store, scope, quarantine, tags=tags, read_version=quarantine_read)
-    return result
+    return committed
 
 
 def _identities(store: DeltaStore, sessions: pa.Table) -> pa.Table | None:
@@ -154,7 +141,7 @@ def _commit_quarantine(
     held = store.read_files_arrow(
         SESSION_QUARANTINE, files, columns=["session_date", "user_id"], with_file=True
     )
-    held = held.filter(_in_scope(held, scope))
+    held = held.filter(scope.mask(held))
     if not held.num_rows and not quarantine.num_rows:
         return
     pairs = zip(held["session_date"].to_pylist(), held["user_id"].to_pylist(), strict=True)
@@ -166,18 +153,6 @@ def _commit_quarantine(
         commit_metadata=tags,
         read_version=read_version,
     )
-
-
-def _in_scope(rows: pa.Table, scope: SessionsScope) -> pa.ChunkedArray:
-    """Whether each row's (session_date, user_id) is in the scope (`SessionsScope.within`)."""
-    listed = scope.listed or {}
-    keys = pa.array(
-        pair_texts((day, user) for day, users in listed.items() for user in users), pa.string()
-    )
-    keep = _pairs_in(rows, keys)
-    if scope.whole:
-        keep = pc.or_(keep, pc.is_in(rows["session_date"], pa.array(scope.whole, pa.date32())))
-    return keep
 
 
 def _pairs_in(rows: pa.Table, keys: pa.Array) -> pa.ChunkedArray:
