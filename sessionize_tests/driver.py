@@ -18,7 +18,7 @@ from sessionize_assets.partitions import lifecycle_range, session_dates_for
 from sessionize_assets.pipeline.daily import DailyReport, update_arrivals, update_daily
 from sessionize_assets.pipeline.events import EventsReport, update_events
 from sessionize_assets.pipeline.identities import IdentitiesReport, update_identities
-from sessionize_assets.pipeline.ingest import ingest_batches
+from sessionize_assets.pipeline.ingest import ingest_landed
 from sessionize_assets.pipeline.landing import fingerprint
 from sessionize_assets.pipeline.lifecycle.bookkeeping import LifecycleReport
 from sessionize_assets.pipeline.lifecycle.update import update_lifecycle
@@ -42,9 +42,10 @@ def process_batch(
     store: DeltaStore, spark: SparkSession, *, settings: Settings, received: date, run_id: str
 ) -> BatchRun:
     landing = LandingZoneResource(landing_dir=str(settings.landing_dir))
-    ingested = ingest_batches(
+    ingested = ingest_landed(
         store,
-        landing.read_lines(spark, [received]),
+        landing,
+        lambda: spark,
         fingerprints={received: fingerprint(received, landing.batch_files(received))},
         settings=settings,
         run_id=run_id,

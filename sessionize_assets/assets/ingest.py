@@ -24,7 +24,7 @@ from sessionize_assets.assets.reports import (
 )
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import LANDING_BATCHES, RAW_EVENTS, REJECTED_EVENTS
-from sessionize_assets.pipeline.ingest import BatchIngested, IngestResult, ingest_batches
+from sessionize_assets.pipeline.ingest import BatchIngested, IngestResult, ingest_landed
 from sessionize_assets.pipeline.landing import BatchFingerprint, fingerprint, ingested_batches
 from sessionize_assets.resources.lake import LakeResource
 from sessionize_assets.resources.landing import (
@@ -95,14 +95,15 @@ def build_ingest_assets(
             # Taken before the lines are read: a file replaced meanwhile shows as changed again.
             fingerprints = {day: fingerprint(day, files[day]) for day in days}
             try:
-                with step.counting_jobs():
-                    result = ingest_batches(
+                # A daily batch is read, parsed and written on the driver: no Spark session.
+                with step.counting_jobs(on_demand=True):
+                    result = ingest_landed(
                         store,
-                        landing.read_lines(step.spark(), days),
+                        landing,
+                        step.spark,
                         fingerprints=fingerprints,
                         settings=settings,
                         run_id=step.run_id,
-                        text_bytes=landing.text_bytes(days),
                     )
                 jobs = step.spark_jobs()
             except Exception as error:  # Spark's read errors reach Python as Py4J errors

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -23,8 +23,10 @@ from sessionize_assets.pipeline.event_ids import id_hash
 from sessionize_assets.pipeline.event_ids import index_rows as event_id_rows
 from sessionize_assets.pipeline.landing import BatchFingerprint, record_ingested
 from sessionize_assets.pipeline.manifests import batch_event_dates as indexed_event_dates
+from sessionize_assets.resources.landing import LandingZoneResource
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.copies import rank_copies, split_batch, split_collected
+from sessionize_assets.transforms.parsed_rows import parsed_rows
 from sessionize_assets.transforms.validation import (
     ERASED,
     INGEST,
@@ -83,9 +85,40 @@ class IngestResult:
     batches: dict[date, BatchIngested]
 
 
+def ingest_landed(
+    store: DeltaStore,
+    landing: LandingZoneResource,
+    spark: Callable[[], SparkSession],
+    *,
+    fingerprints: Mapping[date, BatchFingerprint],
+    settings: Settings,
+    run_id: str,
+) -> IngestResult:
+    """`ingest_batches` of these landing batches (those `fingerprints` names). Batches whose
+    text fits the driver (`text_bytes` within COLLECTED_TEXT_FACTOR times
+    `Settings.driver_write_bytes`) and is plain UTF-8 are read and parsed there, with no
+    Spark job (`transforms/parsed_rows.py`); any others are read by Spark (`spark`, called
+    only then)."""
+    days = sorted(fingerprints)
+    text_bytes = landing.text_bytes(days)
+    plain = (
+        landing.read_plain_lines(days)
+        if text_bytes is not None and store.collects_on_driver(text_bytes // COLLECTED_TEXT_FACTOR)
+        else None
+    )
+    return ingest_batches(
+        store,
+        plain if plain is not None else landing.read_lines(spark(), days),
+        fingerprints=fingerprints,
+        settings=settings,
+        run_id=run_id,
+        text_bytes=text_bytes,
+    )
+
+
 def ingest_batches(
     store: DeltaStore,
-    lines: DataFrame,
+    lines: DataFrame | pa.Table,
     *,
     fingerprints: Mapping[date, BatchFingerprint],
     settings: Settings,
@@ -103,55 +136,40 @@ def ingest_batches(
     the lake's own lines, `pipeline/forget.py`) drops it instead, and keeps the batch's
     earlier `erased` rejections.
 
-    A small batch is collected and written from the driver: one whose `text_bytes` (the
-    files' text, gzip uncompressed, about ten times their size) are within
-    COLLECTED_TEXT_FACTOR times `Settings.driver_write_bytes`, or, with `text_bytes` None
-    (lines from the lake), whose lines Spark estimates within it. Spark hands its rows over a
-    partition at a time, each whole in the driver's heap: the lines are spread over
-    partitions of at most COLLECTED_TEXT_PER_PARTITION bytes of text, so a batch fits the
-    default 1 GB driver whatever its text. A larger batch is written by Spark's executors,
-    its lines spread over partitions of at most RANKED_TEXT_PER_PARTITION bytes of text for
-    the ranking of their copies.
+    Lines the driver read (`pa.Table`: `read_plain_lines`) are parsed and written from there,
+    with no Spark job. Of lines in a Spark frame, a small batch is collected and written from
+    the driver: one whose `text_bytes` (the files' text, gzip uncompressed, about ten times
+    their size) are within COLLECTED_TEXT_FACTOR times `Settings.driver_write_bytes`, or, with
+    `text_bytes` None (lines from the lake), whose lines Spark estimates within it. Spark
+    hands its rows over a partition at a time, each whole in the driver's heap: the lines are
+    spread over partitions of at most COLLECTED_TEXT_PER_PARTITION bytes of text, so a batch
+    fits the default 1 GB driver whatever its text. A larger batch is written by Spark's
+    executors, its lines spread over partitions of at most RANKED_TEXT_PER_PARTITION bytes of
+    text for the ranking of their copies.
     """
     days = sorted(fingerprints)
-    marked = mark_erased(
-        parse_lines(
+    tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
+    if isinstance(lines, pa.Table):
+        if erasing:
+            raise ValueError("an erasure ingests the lake's own lines, in Spark")
+        parsed = parsed_rows(
             lines,
             start_date=settings.start_date,
             future_tolerance=settings.future_tolerance,
             max_line_bytes=settings.max_line_bytes,
-        ),
-        erased_keys(store),
-    )
-    parsed = without_erased(marked) if erasing else marked
-    tags = {"dagster_run_id": run_id, "received_dates": f"{days[0]}..{days[-1]}" if days else ""}
-    on_driver = (
-        store.writes_on_driver(lines)
-        if text_bytes is None
-        else store.collects_on_driver(text_bytes // COLLECTED_TEXT_FACTOR)
-    )
-    if text_bytes is not None:
-        # By the in-batch duplicates' window keys: Spark's window reads this shuffle, no
-        # other (and hashed rows need no sort, where a round robin sorts them first).
-        parsed = spread_for_collect(
-            parsed,
-            text_bytes,
-            per_partition=COLLECTED_TEXT_PER_PARTITION if on_driver else RANKED_TEXT_PER_PARTITION,
-            keys=("received_date", "message_id"),
+            erased=erased_keys(store),
         )
-    if on_driver:
-        written = _commit_on_driver(store, parsed, days=days, tags=tags, keep_erased=erasing)
+        written = _commit_on_driver(store, parsed, days=days, tags=tags, keep_erased=False)
     else:
-        # Parsed (Python) and ranked (a shuffle of every column) once, read by each commit: on
-        # disk, not in the driver's heap, which a backlog's lines outgrow.
-        ranked = rank_copies(parsed).persist(StorageLevel.DISK_ONLY)
-        try:
-            accepted, rejected = split_batch(ranked)
-            written = _commit_with_spark(
-                store, accepted, rejected, days=days, tags=tags, keep_erased=erasing
-            )
-        finally:
-            ranked.unpersist()
+        written = _ingest_frame(
+            store,
+            lines,
+            days=days,
+            tags=tags,
+            settings=settings,
+            text_bytes=text_bytes,
+            erasing=erasing,
+        )
     raw = written.raw
     before = indexed_event_dates(store, days)
     index_rows = [
@@ -197,6 +215,64 @@ def ingest_batches(
         landing=landing,
         batches=batches,
     )
+
+
+def _ingest_frame(
+    store: DeltaStore,
+    lines: DataFrame,
+    *,
+    days: list[date],
+    tags: dict[str, str],
+    settings: Settings,
+    text_bytes: int | None,
+    erasing: bool,
+) -> _Written:
+    """`ingest_batches`' commits of lines in a Spark frame: collected and written from the
+    driver when they fit it, else by Spark's executors."""
+    marked = mark_erased(
+        parse_lines(
+            lines,
+            start_date=settings.start_date,
+            future_tolerance=settings.future_tolerance,
+            max_line_bytes=settings.max_line_bytes,
+        ),
+        erased_keys(store),
+    )
+    parsed = without_erased(marked) if erasing else marked
+    on_driver = (
+        store.writes_on_driver(lines)
+        if text_bytes is None
+        else store.collects_on_driver(text_bytes // COLLECTED_TEXT_FACTOR)
+    )
+    if text_bytes is not None:
+        # By the in-batch duplicates' window keys: Spark's window reads this shuffle, no
+        # other (and hashed rows need no sort, where a round robin sorts them first).
+        parsed = spread_for_collect(
+            parsed,
+            text_bytes,
+            per_partition=COLLECTED_TEXT_PER_PARTITION if on_driver else RANKED_TEXT_PER_PARTITION,
+            keys=("received_date", "message_id"),
+        )
+    if on_driver:
+        written = _commit_on_driver(
+            store,
+            parsed.withColumn("id_hash", id_hash("message_id")).toArrow(),
+            days=days,
+            tags=tags,
+            keep_erased=erasing,
+        )
+    else:
+        # Parsed (Python) and ranked (a shuffle of every column) once, read by each commit: on
+        # disk, not in the driver's heap, which a backlog's lines outgrow.
+        ranked = rank_copies(parsed).persist(StorageLevel.DISK_ONLY)
+        try:
+            accepted, rejected = split_batch(ranked)
+            written = _commit_with_spark(
+                store, accepted, rejected, days=days, tags=tags, keep_erased=erasing
+            )
+        finally:
+            ranked.unpersist()
+    return written
 
 
 def _erased_rejections(store: DeltaStore, days: list[date]) -> dict[date, int]:
@@ -263,19 +339,17 @@ def _commit_with_spark(
 
 def _commit_on_driver(
     store: DeltaStore,
-    parsed: DataFrame,
+    parsed: pa.Table,
     *,
     days: list[date],
     tags: dict[str, str],
     keep_erased: bool,
 ) -> _Written:
-    """A small batch in one Spark job, with no shuffle: its parsed lines (with their id
-    hashes) are collected with Arrow, their copies ranked and counted on the driver
-    (`split_collected`), and each table written from there (`*_arrow`), the id index from the
-    accepted rows."""
-    kept, turned_away = split_collected(
-        parsed.withColumn("id_hash", id_hash("message_id")).toArrow()
-    )
+    """A small batch written from the driver: its parsed lines (with their id hashes, parsed
+    on the driver or collected from Spark in one job with no shuffle) have their copies ranked
+    and counted on the driver (`split_collected`), and each table is written from there
+    (`*_arrow`), the id index from the accepted rows."""
+    kept, turned_away = split_collected(parsed)
     raw = store.replace_partitions_arrow(RAW_EVENTS, kept, partitions=days, commit_metadata=tags)
     index = kept.select(["id_hash", "message_id", "event_date", "received_date"])
     event_ids = store.replace_partitions_arrow(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 import struct
+import zlib
 from collections.abc import Iterable
 from datetime import date
 from pathlib import Path
 
+import pyarrow as pa
 from dagster import ConfigurableResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,6 +24,10 @@ _FAILED_READ = re.compile(r"\[FAILED_READ_FILE[^\]]*\][^\n]*? reading file (\S+?
 # A blank line (ignored, SPEC §1) holds nothing but ASCII whitespace: space, tab, CR, LF,
 # vertical tab, form feed (Java's `\s`; Spark's `trim` strips spaces only).
 BLANK_LINE = r"^\s*$"
+# BLANK_LINE in Python's engine, matched whole: Java's `$` also matches before a line
+# terminator that ends the text (NEL, LS, PS: a line holds no LF, and a file read on the
+# driver no CR).
+_BLANK_ON_DRIVER = re.compile("[ \t\n\x0b\f\r]*[\u0085\u2028\u2029]?")
 LINES_SCHEMA = StructType(
     [
         StructField("raw_line", StringType(), False),
@@ -111,6 +118,36 @@ class LandingZoneResource(ConfigurableResource):
         file's trailer cannot say."""
         sizes = [text_bytes(path) for day in set(received_dates) for path in self.batch_files(day)]
         return None if None in sizes else sum(size for size in sizes if size is not None)
+
+    def read_plain_lines(self, received_dates: Iterable[date]) -> pa.Table | None:
+        """`read_lines` on the driver, with no Spark, when every file of these batches is
+        UTF-8 text with no carriage return (Spark's text source also ends a line at one);
+        None otherwise, or when a gzipped file cannot be read: Spark reads those batches
+        (and reports the file it could not). The caller bounds the text it reads this way
+        (`text_bytes`): it is held whole."""
+        days, texts, files = [], [], []
+        for day in sorted(set(received_dates)):
+            for path in self.batch_files(day):
+                try:
+                    data = path.read_bytes()
+                    if path.name.endswith(".gz"):
+                        data = gzip.decompress(data)
+                    text = data.decode("utf-8")
+                except (OSError, EOFError, zlib.error, UnicodeDecodeError):
+                    return None
+                if "\r" in text:
+                    return None
+                lines = [line for line in text.split("\n") if not _BLANK_ON_DRIVER.fullmatch(line)]
+                texts += lines
+                days += [day] * len(lines)
+                files += [f"received_date={day.isoformat()}/{path.name}"] * len(lines)
+        return pa.table(
+            {
+                "raw_line": pa.array(texts, pa.string()),
+                "received_date": pa.array(days, pa.date32()),
+                "source_file": pa.array(files, pa.string()),
+            }
+        )
 
     def _entries(self, received_date: date) -> list[Path]:
         folder = self.batch_dir(received_date)

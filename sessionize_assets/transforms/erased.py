@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
@@ -25,6 +26,8 @@ from pyspark.sql import functions as F
 # unrolled with possessive quantifiers: Java's regex engine recurses once per repetition of an
 # alternation, which overflows its stack on a long line.
 JSON_STRING = r'"([^"\\]*+(?:\\.[^"\\]*+)*+)"'
+# The same in Python's engine: Java's `.` matches no line terminator (LF, CR, NEL, LS, PS).
+_JSON_STRING_ON_DRIVER = re.compile(JSON_STRING.replace("\\\\.", "\\\\[^\n\r\u0085\u2028\u2029]"))
 
 
 def key_hash(*, salt: str, key: str) -> str:
@@ -59,6 +62,10 @@ class ErasedKeys:
     def any_is_erased(self, columns: Iterable[str]) -> Column:
         """Whether one of `columns` holds an erased key."""
         return reduce(operator.or_, (self.value_is_erased(column) for column in columns))
+
+    def text_holds(self, text: str) -> bool:
+        """`text_holds_erased` of one text, on the driver."""
+        return any(self.holds(key) for key in _JSON_STRING_ON_DRIVER.findall(text))
 
     def text_holds_erased(self, column: str) -> Column:
         """Whether the text holds an erased key as a JSON string (a whole string: `"KEY"`)."""

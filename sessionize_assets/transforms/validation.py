@@ -46,6 +46,9 @@ BEFORE_START = "before_start"
 DUPLICATE = "duplicate"
 ERASED = "erased"
 
+# The detail of an `erased` rejection (SPEC §8), which keeps nothing of its line.
+ERASED_DETAIL = "a line of a key erased on request (SPEC §8)"
+
 # Who put a row in rejected_events: validation at ingestion, or cross-batch dedup in events.
 INGEST = "ingest"
 DEDUP = "events"
@@ -242,11 +245,11 @@ _PARSED_SCHEMA = StructType(
 )
 # The session attributes' values of an accepted line (`EventAttributes`), flattened: the
 # campaigns become structs in Spark (`parse_lines`).
-_CAMPAIGN_SET = "campaign_set"
+CAMPAIGN_SET = "campaign_set"
 _ATTRIBUTE_SCHEMA = StructType(
     [
         *(StructField(name, StringType()) for name in PAGE_FIELDS),
-        StructField(_CAMPAIGN_SET, BooleanType()),
+        StructField(CAMPAIGN_SET, BooleanType()),
         *(StructField(f"campaign_{name}", StringType()) for name in UTM_FIELDS),
         *(StructField(f"url_{name}", StringType()) for name in UTM_FIELDS),
         *(StructField(name, StringType()) for name in DEVICE_FIELDS),
@@ -276,6 +279,29 @@ def _micros(value: datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+# A parsed line's values (`parsed_values`), in this order: the texts, the times as
+# microseconds, the attributes (`_ATTRIBUTE_SCHEMA`).
+_TEXT_NAMES = [field.name for field in _PARSED_SCHEMA if not field.name.endswith("_us")]
+PARSED_VALUE_NAMES = (*_TEXT_NAMES, "event_us", "received_us", *_ATTRIBUTE_SCHEMA.fieldNames())
+_texts = attrgetter(*_TEXT_NAMES)
+_UNPARSED = (None,) * len(PARSED_VALUE_NAMES)
+# The detail of a `line_too_long` rejection: the line's bytes, and the limit.
+TOO_LONG_DETAIL = "%d bytes, over the limit of %d bytes"
+
+
+def parsed_values(
+    line: str | None, *, start_date: date, future_tolerance: timedelta
+) -> tuple[Any, ...]:
+    """`parse_line`'s outcome as flat values (PARSED_VALUE_NAMES), what `parse_lines` builds
+    its columns from in Spark and `transforms/parsed_rows.py` on the driver; all None for a
+    line rejected on its bytes (None)."""
+    if line is None:
+        return _UNPARSED
+    parsed = parse_line(line, start_date=start_date, future_tolerance=future_tolerance)
+    times = (_micros(parsed.event_ts), _micros(parsed.received_at))
+    return _texts(parsed) + times + _attribute_values(parsed.attributes)
+
+
 def parse_lines(
     lines: DataFrame, *, start_date: date, future_tolerance: timedelta, max_line_bytes: int
 ) -> DataFrame:
@@ -284,28 +310,21 @@ def parse_lines(
     `raw_line` may hold any bytes (Spark's text source does not decode). A line that is not
     valid UTF-8 keeps them in `raw_bytes` and shows them in `raw_line` with U+FFFD for each
     invalid sequence; every other line has `raw_bytes` null. Keeps the input's other columns
-    (`received_date`, `source_file`, ...).
+    (`received_date`, `source_file`, ...). `transforms/parsed_rows.py` does the same on the
+    driver.
     """
     schema = StructType([*_PARSED_SCHEMA.fields, *_ATTRIBUTE_SCHEMA.fields])
     names = [field.name for field in schema]
-    text_names = [field.name for field in _PARSED_SCHEMA if not field.name.endswith("_us")]
-    attribute_names = _ATTRIBUTE_SCHEMA.fieldNames()
-    # The order rows are built in.
-    built = [*text_names, "event_us", "received_us", *attribute_names]
-    texts = attrgetter(*text_names)
-    empty = (None,) * len(built)
 
     def parse_batches(batches: Iterator[pd.Series]) -> Iterator[pd.DataFrame]:
         for batch in batches:
-            rows = []
-            for line in batch:
-                if line is None:  # rejected on its bytes already
-                    rows.append(empty)
-                    continue
-                parsed = parse_line(line, start_date=start_date, future_tolerance=future_tolerance)
-                times = (_micros(parsed.event_ts), _micros(parsed.received_at))
-                rows.append(texts(parsed) + times + _attribute_values(parsed.attributes))
-            frame = pd.DataFrame.from_records(rows, columns=built, nrows=len(rows))[names]
+            rows = [
+                parsed_values(line, start_date=start_date, future_tolerance=future_tolerance)
+                for line in batch
+            ]
+            frame = pd.DataFrame.from_records(rows, columns=PARSED_VALUE_NAMES, nrows=len(rows))[
+                names
+            ]
             for column in ("event_us", "received_us"):
                 frame[column] = frame[column].astype("Int64")
             yield frame
@@ -321,7 +340,7 @@ def parse_lines(
         F.format_string("%d bytes, not valid UTF-8: the exact bytes are in raw_bytes", size),
     ).when(
         size > max_line_bytes,
-        F.format_string("%d bytes, over the limit of %d bytes", size, F.lit(max_line_bytes)),
+        F.format_string(TOO_LONG_DETAIL, size, F.lit(max_line_bytes)),
     )
     # pandas ships no types (an Iterator[Any] function): no overload of pyspark's stub matches.
     parse = F.pandas_udf(parse_batches, returnType=schema)  # type: ignore[call-overload]
@@ -334,7 +353,7 @@ def parse_lines(
     others = [c for c in lines.columns if c != "raw_line"]
     fields = [
         F.col(f"_parsed.{name}").alias(name)
-        for name in (*text_names, *PAGE_FIELDS, *DEVICE_FIELDS)
+        for name in (*_TEXT_NAMES, *PAGE_FIELDS, *DEVICE_FIELDS)
         if name not in ("reason", "detail")
     ]
 
@@ -352,7 +371,7 @@ def parse_lines(
         *fields,
         F.timestamp_micros(F.col("_parsed.event_us")).alias("event_ts"),
         F.timestamp_micros(F.col("_parsed.received_us")).alias("received_at"),
-        F.when(F.col(f"_parsed.{_CAMPAIGN_SET}"), campaign("campaign_")).alias("campaign"),
+        F.when(F.col(f"_parsed.{CAMPAIGN_SET}"), campaign("campaign_")).alias("campaign"),
         F.when(F.col("_parsed.event_us").isNotNull(), campaign("url_")).alias("url_campaign"),
     ).withColumn("event_date", F.to_date("event_ts"))
 
@@ -375,7 +394,7 @@ def mark_erased(parsed: DataFrame, erased: ErasedKeys | None) -> DataFrame:
     return flagged.withColumns(
         {
             "reason": unless_erased(F.lit(ERASED), "reason"),
-            "detail": unless_erased(F.lit("a line of a key erased on request (SPEC §8)"), "detail"),
+            "detail": unless_erased(F.lit(ERASED_DETAIL), "detail"),
             "raw_line": unless_erased(F.lit(""), "raw_line"),
             "raw_bytes": unless_erased(F.lit(None).cast("binary"), "raw_bytes"),
             "message_id": unless_erased(F.lit(None).cast("string"), "message_id"),

@@ -320,12 +320,13 @@ def _landed(
 def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_text(
     tmp_path, instance, monkeypatch
 ):
-    """A gzipped batch whose text needs more partitions than Spark's shuffle gives is spread
-    over enough of them (COLLECTED_TEXT_PER_PARTITION, lowered here to a few lines' worth):
-    still one Spark job, the same rows and rejections as in the two shuffle partitions."""
+    """A gzipped batch that Spark reads (its lines end in CR LF) and whose text needs more
+    partitions than Spark's shuffle gives is spread over enough of them
+    (COLLECTED_TEXT_PER_PARTITION, lowered here to a few lines' worth): still one Spark job,
+    the same rows and rejections as in the two shuffle partitions."""
     lines = [message(f"m{i}", userId=f"u{i % 7}") for i in range(300)]
     lines += [message("m0", receivedAt="2026-01-05T10:00:00Z"), "not json"]  # a copy, a reject
-    text = ("\n".join(lines) + "\n").encode()
+    text = ("\r\n".join(lines) + "\r\n").encode()
     rows, jobs = {}, {}
     for spread, per_partition in (("shuffle", len(text)), ("many", 2_000)):
         monkeypatch.setattr(ingest_module, "COLLECTED_TEXT_PER_PARTITION", per_partition)
@@ -338,18 +339,24 @@ def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_t
     assert [len(found) for found in rows["many"]] == [300, 2]
 
 
-def test_a_batch_is_collected_to_the_driver_by_its_text(tmp_path, instance):
+def test_a_batch_is_read_on_the_driver_or_collected_to_it_by_its_text(tmp_path, instance):
     """A batch whose files are over `driver_write_bytes` but whose text is within
-    COLLECTED_TEXT_FACTOR times it is collected to the driver in one Spark job; past that,
-    Spark's executors write it. The same rows either way."""
+    COLLECTED_TEXT_FACTOR times it is read and parsed on the driver, with no Spark job, when
+    it is plain UTF-8 text; collected to the driver in one Spark job when Spark reads it (here
+    its lines end in CR LF); past the bound, Spark's executors write it. The same rows in
+    each way."""
     lines = [message(f"m{i}", userId=f"u{i % 7}") for i in range(200)]
     lines += [message("m0", receivedAt="2026-01-05T10:00:00Z"), "not json"]  # a copy, a reject
     text = ("\n".join(lines) + "\n").encode()
     factor = ingest_module.COLLECTED_TEXT_FACTOR
     rows, jobs = {}, {}
-    for path, bound in (("driver", len(text) // factor), ("spark", len(text) // factor - 1)):
+    for path, data, bound in (
+        ("driver", text, len(text) // factor),
+        ("collected", text.replace(b"\n", b"\r\n"), len(text) * 2 // factor),
+        ("spark", text, len(text) // factor - 1),
+    ):
         settings = make_settings(tmp_path / path, driver_write_bytes=bound)
-        jobs[path], rows[path] = _landed(settings, instance, "part.jsonl", text)
-    assert jobs["driver"] == 1 and jobs["spark"] > 1
-    assert rows["driver"] == rows["spark"]
+        jobs[path], rows[path] = _landed(settings, instance, "part.jsonl", data)
+    assert jobs["driver"] == 0 and jobs["collected"] == 1 and jobs["spark"] > 1
+    assert rows["driver"] == rows["collected"] == rows["spark"]
     assert [len(found) for found in rows["driver"]] == [200, 2]

@@ -36,6 +36,21 @@ def test_a_json_string_of_the_key_is_erased_and_a_longer_string_is_not(spark):
         r.v for r in frame.select(ERASED_KEYS.text_holds_erased("raw_line").alias("v")).collect()
     ]
     assert found == [True, False, True, True, False]
+    assert [ERASED_KEYS.text_holds(t) for t in texts if t is not None] == found[:-1]
+
+
+def test_the_driver_finds_the_json_strings_java_finds(spark):
+    # Java's `.` stops at its line terminators: an escape of one is no escape, and the string
+    # found after it differs from the one Python's `.` would find.
+    texts = [f'"\\{end}" "gone"' for end in ("\u2028", "\u2029", "\u0085", "x", "\t", "\u00a0")] + [
+        f'"a\\{end}gone" "gone" x"' for end in ("\u2028", "x")
+    ]
+    frame = spark.createDataFrame([(t,) for t in texts], "raw_line string")
+    found = [
+        r.v for r in frame.select(ERASED_KEYS.text_holds_erased("raw_line").alias("v")).collect()
+    ]
+    assert [ERASED_KEYS.text_holds(t) for t in texts] == found
+    assert True in found and False in found
 
 
 def test_a_line_of_an_erased_key_keeps_nothing_of_the_line(spark):
