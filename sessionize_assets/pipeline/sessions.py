@@ -94,8 +94,8 @@ from sessionize_assets.pipeline.stitching import (
     plan_relabel,
 )
 from sessionize_assets.pipeline.touched import (
+    NO_PAIRS,
     ChangedEvents,
-    TouchedPairs,
     touched_pairs,
 )
 from sessionize_assets.resources.spark import shuffle_partitions_for
@@ -206,11 +206,11 @@ def update_sessions(
     if plan is None or (not plan.scope.whole and not plan.scope.pair_count):
         commit_relabel(store, relabel, tags=tags, read_version=read_at[SESSIONS])
         if plan is not None:  # nothing in these dates' windows changed
-            plan.scope.pairs.unpersist()
+            plan.scope.release()
             _record_progress(store, plan, plan.partial, run_id, read_at, report)
         return report
     report.pairs_recomputed = plan.scope.pair_count
-    frames: list[DataFrame] = [plan.scope.pairs]
+    frames: list[DataFrame] = []
     try:
         # Events per date from the log's statistics, read once: the run's size, the additions'
         # gate and the rows the lookup scanned.
@@ -334,6 +334,7 @@ def update_sessions(
             )
         report.sessions_version = store.version(SESSIONS)
     finally:
+        plan.scope.release()
         for frame in frames:
             frame.unpersist()
     return _finish(store, plan, run_id, read_at, report)
@@ -433,20 +434,22 @@ def _plan(
     found = touched_pairs(store, spark, absorbed, events_version, settings)
     if found is None:  # the events history since then is gone: recompute those dates
         whole, partial = sorted([*whole, *partial]), []
-        found = TouchedPairs.none(spark)
+        found = NO_PAIRS
     if not whole and not partial:
         return None
-    touched = found.pairs.persist(StorageLevel.MEMORY_AND_DISK)
-    by_date = (
-        found.listed
-        if found.listed is not None
-        else keys_by_partition(
-            touched, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
+    if found.listed is not None:
+        by_date: dict[date, list[str]] | None = found.listed
+        # Made and kept only when the run needs it in Spark.
+        pairs = lambda: found.frame(spark).persist(StorageLevel.MEMORY_AND_DISK)  # noqa: E731
+    else:
+        kept = found.frame(spark).persist(StorageLevel.MEMORY_AND_DISK)
+        by_date = keys_by_partition(
+            kept, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
         )
-    )
-    pair_count = touched.count() if by_date is None else sum(map(len, by_date.values()))
+        pairs = lambda: kept  # noqa: E731
+    pair_count = pairs().count() if by_date is None else sum(map(len, by_date.values()))
     return _Plan(
-        scope=SessionsScope(whole=whole, pairs=touched, listed=by_date, pair_count=pair_count),
+        scope=SessionsScope(whole=whole, kept_pairs=pairs, listed=by_date, pair_count=pair_count),
         partial=partial,
         progress=SessionsProgress(events_version=events_version, definition=definition),
         absorbed=absorbed,

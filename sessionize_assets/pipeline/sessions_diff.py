@@ -4,7 +4,7 @@ the one-job summary of the diff against the old rows, and the rows its commit dr
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property, reduce
@@ -118,9 +118,21 @@ class SessionsScope:
     (`listed` holds them by date when they came to the driver)."""
 
     whole: list[date]
-    pairs: DataFrame  # (user_id, session_date)
+    # The touched pairs' frame (user_id, session_date), kept: `pairs` asks for it once.
+    kept_pairs: Callable[[], DataFrame]
     listed: dict[date, list[str]] | None
-    pair_count: int  # the rows of `pairs`: touched pairs outside the whole dates
+    pair_count: int  # touched pairs outside the whole dates
+
+    @cached_property
+    def pairs(self) -> DataFrame:
+        """The touched pairs as a Spark frame, made on first use: a run done on the driver
+        makes none."""
+        return self.kept_pairs()
+
+    def release(self) -> None:
+        """Unpersist `pairs`, if it was made."""
+        if "pairs" in self.__dict__:
+            self.pairs.unpersist()
 
     @cached_property
     def rows_filter(self) -> Column | None:

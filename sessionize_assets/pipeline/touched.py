@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sessionize_assets.lake.parquet_files import FILE_COLUMN
-from sessionize_assets.lake.store import DeltaStore, empty_frame
+from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import EVENTS
 from sessionize_assets.partitions import (
     event_window,
@@ -51,17 +51,26 @@ class ChangedEvents:
 
 @dataclass(frozen=True)
 class TouchedPairs:
-    """The (user_id, session_date) pairs whose events changed; `listed` holds them by date
-    when they were found on the driver, and `changed` the rows of the changed files then."""
+    """The (user_id, session_date) pairs whose events changed: `listed` by date when they
+    were found on the driver (with `changed`, the rows of the changed files), else `pairs`,
+    the frame Spark found them in."""
 
-    pairs: DataFrame
+    pairs: DataFrame | None = None
     listed: dict[date, list[str]] | None = None
     changed: ChangedEvents | None = None
 
-    @classmethod
-    def none(cls, spark: SparkSession) -> TouchedPairs:
-        """No pair touched."""
-        return cls(pairs=empty_frame(spark, PAIRS_SCHEMA), listed={})
+    def frame(self, spark: SparkSession) -> DataFrame:
+        """The pairs as a Spark frame (`PAIRS_SCHEMA`): made from `listed` when they are
+        listed (a run done on the driver asks for none)."""
+        if self.pairs is not None:
+            return self.pairs
+        listed = self.listed or {}
+        pairs = [(user, day) for day, users in listed.items() for user in users]
+        return spark.createDataFrame(pairs, PAIRS_SCHEMA)
+
+
+# No pair touched.
+NO_PAIRS = TouchedPairs(listed={})
 
 
 def touched_pairs(
@@ -78,7 +87,7 @@ def touched_pairs(
     can no longer be read.
     """
     if not absorbed:
-        return TouchedPairs.none(spark)
+        return NO_PAIRS
     changes = store.changes(
         EVENTS, since_version=min(absorbed.values()), through_version=events_version
     )
@@ -110,14 +119,11 @@ def touched_pairs(
         del latest[path], sizes[path]
         removed.discard(path)
     if not latest:
-        return TouchedPairs.none(spark)
+        return NO_PAIRS
     known = [size for size in sizes.values() if size is not None]
     if len(known) == len(sizes) and sum(known) <= settings.driver_write_bytes:
         listed, changed = _touched_on_driver(store, latest, removed, absorbed, decided)
-        pairs = [(user, day) for day, users in listed.items() for user in users]
-        return TouchedPairs(
-            pairs=spark.createDataFrame(pairs, PAIRS_SCHEMA), listed=listed, changed=changed
-        )
+        return TouchedPairs(listed=listed, changed=changed)
     # Which commit last changed each file, and which version each date absorbed: few distinct
     # versions, so both are expressions in the query.
     changed_at: dict[int, list[str]] = {}
