@@ -95,15 +95,16 @@ def ingest_landed(
     run_id: str,
 ) -> IngestResult:
     """`ingest_batches` of these landing batches (those `fingerprints` names). Batches whose
-    text fits the driver (`text_bytes` within COLLECTED_TEXT_FACTOR times
-    `Settings.driver_write_bytes`) and is plain UTF-8 are read and parsed there, with no
-    Spark job (`transforms/parsed_rows.py`); any others are read by Spark (`spark`, called
-    only then)."""
+    text (`text_bytes`) is within `Settings.driver_write_bytes` and plain UTF-8 are read and
+    parsed on the driver, with no Spark job (`transforms/parsed_rows.py`); any others are
+    read by Spark (`spark`, called only then). The driver parses a line at a time, Spark's
+    Python workers one per core: past that bound (a day of the full size's zone, 66 MB of
+    text), Spark's job is the quicker once its session runs."""
     days = sorted(fingerprints)
     text_bytes = landing.text_bytes(days)
     plain = (
         landing.read_plain_lines(days)
-        if text_bytes is not None and store.collects_on_driver(text_bytes // COLLECTED_TEXT_FACTOR)
+        if text_bytes is not None and store.collects_on_driver(text_bytes)
         else None
     )
     return ingest_batches(

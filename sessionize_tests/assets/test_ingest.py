@@ -340,23 +340,22 @@ def test_a_batch_of_much_text_is_handed_to_the_driver_in_partitions_of_bounded_t
 
 
 def test_a_batch_is_read_on_the_driver_or_collected_to_it_by_its_text(tmp_path, instance):
-    """A batch whose files are over `driver_write_bytes` but whose text is within
-    COLLECTED_TEXT_FACTOR times it is read and parsed on the driver, with no Spark job, when
-    it is plain UTF-8 text; collected to the driver in one Spark job when Spark reads it (here
-    its lines end in CR LF); past the bound, Spark's executors write it. The same rows in
-    each way."""
+    """A batch of plain UTF-8 text within `driver_write_bytes` is read and parsed on the
+    driver, with no Spark job; past that, but within COLLECTED_TEXT_FACTOR times it, it is
+    collected to the driver in one Spark job; past that, Spark's executors write it. The same
+    rows in each way."""
     lines = [message(f"m{i}", userId=f"u{i % 7}") for i in range(200)]
     lines += [message("m0", receivedAt="2026-01-05T10:00:00Z"), "not json"]  # a copy, a reject
     text = ("\n".join(lines) + "\n").encode()
     factor = ingest_module.COLLECTED_TEXT_FACTOR
     rows, jobs = {}, {}
-    for path, data, bound in (
-        ("driver", text, len(text) // factor),
-        ("collected", text.replace(b"\n", b"\r\n"), len(text) * 2 // factor),
-        ("spark", text, len(text) // factor - 1),
+    for path, bound in (
+        ("driver", len(text)),
+        ("collected", len(text) - 1),
+        ("spark", len(text) // factor - 1),
     ):
         settings = make_settings(tmp_path / path, driver_write_bytes=bound)
-        jobs[path], rows[path] = _landed(settings, instance, "part.jsonl", data)
+        jobs[path], rows[path] = _landed(settings, instance, "part.jsonl", text)
     assert jobs["driver"] == 0 and jobs["collected"] == 1 and jobs["spark"] > 1
     assert rows["driver"] == rows["collected"] == rows["spark"]
     assert [len(found) for found in rows["driver"]] == [200, 2]
