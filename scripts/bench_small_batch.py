@@ -16,8 +16,9 @@ does (production Spark settings, in one process), and reports:
   Spark jobs (from Spark's event log), the driver's other calls into Spark's JVM (plan
   analysis, py4j round trips), delta-rs (log loads and commits), Dagster storing its events,
   Dagster creating its runs, and what is left (Dagster's run and step machinery, Python).
-  Parsing the batch's lines in Python happens inside ingest's Spark job; it is measured on its
-  own, on the driver.
+  Parsing the batch's lines in Python happens on the driver (in what is left), or inside
+  ingest's Spark job for a batch of more text than `driver_write_bytes`; it is measured on
+  its own, on the driver.
 
 With `--storage sqlite,postgres` the zone is replayed twice in the same process, with Dagster's
 storage in SQLite files (`make ui`) and then on a Postgres cluster of the bench's own (as
@@ -343,7 +344,7 @@ def small_batch_figures(
     rows += [[f"({name})", *(f"{f.counts[name]:.0f}" for f in figures.values())] for name in COUNTS]
     rows.append(
         [
-            f"parsing the batch's {first.lines:.0f} lines in Python (inside ingest's job)",
+            f"parsing the batch's {first.lines:.0f} lines in Python (ingest's, on the driver)",
             *[f"{parse:.2f}"] * len(storages),
         ]
     )
