@@ -116,6 +116,53 @@ def other_copies(store: DeltaStore, held: DataFrame, *, rows: int) -> Contested:
     return Contested(copies=copies, held=mine_held)
 
 
+def other_copies_on_driver(store: DeltaStore, held: Iterable[Copy]) -> Contested:
+    """`other_copies` of copies the driver lists (a daily batch's), with Arrow: the index's
+    hash, date and batch of the rows whose hash is a held id's, filtered as the files are
+    read; then the ids of those rows, from the batches holding one in another batch than a
+    held copy of its id, matched exactly. No Spark job; the driver holds the matches only."""
+    held_of: dict[str, set[Copy]] = {}
+    for copy in held:
+        held_of.setdefault(copy[1], set()).add(copy)
+    batches_of: dict[int, set[date]] = {}
+    for event_id, of_id in held_of.items():
+        batches_of.setdefault(xxhash64(event_id), set()).update(r for _, _, r in of_id)
+    if not batches_of:
+        return Contested(copies={}, held=set())
+    matches = store.read_arrow(
+        EVENT_IDS,
+        columns=["id_hash", "received_date"],
+        where=pc.field("id_hash").isin(pa.array(sorted(batches_of), pa.int64())),
+    )
+    elsewhere = {
+        received
+        for id_hash, received in zip(
+            matches.column("id_hash").to_pylist(),
+            matches.column("received_date").to_pylist(),
+            strict=True,
+        )
+        if batches_of[id_hash] != {received}
+    }
+    if not elsewhere:
+        return Contested(copies={}, held=set())
+    rows = store.read_arrow(
+        EVENT_IDS,
+        partitions=sorted(elsewhere),
+        columns=list(COPY_KEY),
+        where=pc.field("event_id").isin(pa.array(sorted(held_of), pa.string())),
+    )
+    copies: dict[str, set[Copy]] = {}
+    mine: set[Copy] = set()
+    for copy in zip(*(rows.column(name).to_pylist() for name in COPY_KEY), strict=True):
+        ours = {h for h in held_of[copy[1]] if h[2] != copy[2]}
+        if ours:  # a copy in another batch than one the caller holds
+            copies.setdefault(copy[1], set()).add(copy)
+            mine |= ours
+    for copy in mine:
+        copies[copy[1]].add(copy)
+    return Contested(copies=copies, held=mine)
+
+
 @dataclass(frozen=True)
 class IdCopies:
     """Every copy of some ids, and the batches of the index that were read to find them."""

@@ -45,6 +45,7 @@ from sessionize_assets.pipeline.event_ids import (
 )
 from sessionize_assets.pipeline.events_change import (
     EventsChange,
+    held_on_driver,
     keys_frame,
     read_raw,
     replace_dates,
@@ -237,6 +238,8 @@ def _change(
         involved=work.involved,
         new_rows=indexed_rows(store, work.new_inputs),
         held_rows=work.raw_rows + sum(recomputed.values()),
+        # A daily batch's copies, listed on the driver, are looked up there.
+        listed=None if work.recompute else held_on_driver(store, work.new_inputs),
     )
 
 

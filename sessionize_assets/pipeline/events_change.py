@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from functools import reduce
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,6 +23,7 @@ from sessionize_assets.pipeline.event_ids import (
     Contested,
     copies_of,
     other_copies,
+    other_copies_on_driver,
 )
 from sessionize_assets.pipeline.keyed_reads import (
     isin_texts,
@@ -30,6 +33,7 @@ from sessionize_assets.pipeline.keyed_reads import (
 )
 from sessionize_assets.pipeline.manifests import (
     Inputs,
+    indexed_rows,
 )
 from sessionize_assets.transforms.events import (
     COPY_KEY,
@@ -41,6 +45,9 @@ from sessionize_assets.transforms.events import (
     rejection_keys,
 )
 
+# The most copies a run lists on the driver to look their ids up in the id index there
+# (`held_on_driver`): a daily batch's, up to the full size's (100,000-130,000).
+HELD_ON_DRIVER = 200_000
 # Recomputing dates from raw: up to this many losing copies are matched to the rows by
 # broadcast (about 60 bytes each); more are joined by shuffle.
 BROADCAST_LOSING_COPIES = 500_000
@@ -113,6 +120,36 @@ class EventsChange:
             frame.unpersist()
 
 
+def held_on_driver(store: DeltaStore, inputs: Inputs) -> set[Copy] | None:
+    """The copies behind these inputs (COPY_KEY), read from raw with Arrow, when they are at
+    most HELD_ON_DRIVER (the index says how many); None otherwise."""
+    if indexed_rows(store, inputs) > HELD_ON_DRIVER:
+        return None
+    dates_of: dict[date, set[date]] = {}
+    for event_date, received_date in inputs:
+        dates_of.setdefault(received_date, set()).add(event_date)
+    if not dates_of:
+        return set()
+    rows = store.read_arrow(
+        RAW_EVENTS,
+        partitions=sorted(dates_of),
+        columns=["event_date", "message_id", "received_date"],
+        where=pc.field("event_date").isin(
+            pa.array(sorted(set().union(*dates_of.values())), pa.date32())
+        ),
+    )
+    return {
+        (event_date, event_id, received_date)
+        for event_date, event_id, received_date in zip(
+            rows.column("event_date").to_pylist(),
+            rows.column("message_id").to_pylist(),
+            rows.column("received_date").to_pylist(),
+            strict=True,
+        )
+        if event_date in dates_of[received_date]
+    }
+
+
 def settle(
     store: DeltaStore,
     spark: SparkSession,
@@ -122,11 +159,14 @@ def settle(
     involved: list[date],
     new_rows: int,
     held_rows: int,
+    listed: set[Copy] | None = None,
 ) -> EventsChange:
     """The change that settles every id of `own` (this run's copies) and of the recomputed
     dates against every copy of those ids (see the module docstring). `new_rows` is the rows
     of `own` off the recomputed dates; `held_rows` at least the ids settled (`own`'s rows
-    and the recomputed dates' rows in `events`)."""
+    and the recomputed dates' rows in `events`). `listed`, `own`'s copies listed on the
+    driver (`held_on_driver`; with no recomputed date only), has their other copies found
+    there."""
     on_recomputed = F.col("event_date").isin(recompute)
     mine = own.select(*COPY_KEY)
     current = store.read(EVENTS, partitions=recompute)
@@ -148,7 +188,12 @@ def settle(
             )
         )
         mine = mine.unionByName(held)
-    contest = _contest(store, other_copies(store, mine, rows=held_rows))
+    contest = _contest(
+        store,
+        other_copies(store, mine, rows=held_rows)
+        if listed is None or recompute
+        else other_copies_on_driver(store, listed),
+    )
     settled = contest.settle(recompute)
 
     # This run's winners elsewhere than the recomputed dates: appended, all but those already
