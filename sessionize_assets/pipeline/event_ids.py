@@ -10,8 +10,9 @@ A lookup does not depend on how many dates the copies are spread over: it reads 
 `id_hash` column of every batch, joined with the ids' hashes, which names the copies that can
 match; only the batches holding one are then read for their `event_id`s, matched exactly (a
 hash collision matches nothing). That first read is the one cost that grows with the history,
-at 8 bytes a copy (160 MB for 20 M events), in one Spark job; a layout by hash bucket would not
-shrink it for a daily batch, whose ids fall in every bucket.
+at 8 bytes a copy (160 MB for 20 M events), in one Spark job, or on the driver with Arrow for
+a daily batch's copies (`other_copies_on_driver`); a layout by hash bucket would not shrink it
+for a daily batch, whose ids fall in every bucket.
 """
 
 from __future__ import annotations
