@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from sessionize_assets.lake.store import DeltaStore
 from sessionize_assets.lake.tables import BATCH_EVENT_DATES, EVENT_IDS, RAW_EVENTS
 from sessionize_assets.pipeline.keyed_reads import keys_for_join, rows_with_values
-from sessionize_assets.transforms.events import COPY_KEY, Copy
+from sessionize_assets.transforms.events import COPY_KEY, Copy, copies_in
 from sessionize_assets.transforms.id_hash import xxhash64
 
 
@@ -154,7 +154,7 @@ def other_copies_on_driver(store: DeltaStore, held: Iterable[Copy]) -> Contested
     )
     copies: dict[str, set[Copy]] = {}
     mine: set[Copy] = set()
-    for copy in zip(*(rows.column(name).to_pylist() for name in COPY_KEY), strict=True):
+    for copy in copies_in(rows):
         ours = {h for h in held_of[copy[1]] if h[2] != copy[2]}
         if ours:  # a copy in another batch than one the caller holds
             copies.setdefault(copy[1], set()).add(copy)

@@ -230,16 +230,17 @@ def _change(
     # The recomputed dates' ids are settled too: counted from the log, only when there are
     # some (a daily batch's run loads no `events` log for it).
     recomputed = store.row_counts(EVENTS, partitions=work.recompute) if work.recompute else {}
+    new_rows = indexed_rows(store, work.new_inputs)
     return settle(
         store,
         spark,
         own,
         recompute=work.recompute,
         involved=work.involved,
-        new_rows=indexed_rows(store, work.new_inputs),
+        new_rows=new_rows,
         held_rows=work.raw_rows + sum(recomputed.values()),
         # A daily batch's copies, listed on the driver, are looked up there.
-        listed=None if work.recompute else held_on_driver(store, work.new_inputs),
+        listed=None if work.recompute else held_on_driver(store, work.new_inputs, rows=new_rows),
     )
 
 

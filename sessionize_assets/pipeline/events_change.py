@@ -33,12 +33,12 @@ from sessionize_assets.pipeline.keyed_reads import (
 )
 from sessionize_assets.pipeline.manifests import (
     Inputs,
-    indexed_rows,
 )
 from sessionize_assets.transforms.events import (
     COPY_KEY,
     Contest,
     Copy,
+    copies_in,
     duplicate_rejections,
     mark_winners,
     raw_to_candidates,
@@ -55,11 +55,17 @@ BROADCAST_LOSING_COPIES = 500_000
 
 def read_raw(store: DeltaStore, inputs: Inputs) -> DataFrame:
     """The raw copies behind these inputs, in the shape of `events` plus the raw line."""
+    dates_of = _dates_by_batch(inputs)
+    raw = store.read(RAW_EVENTS, partitions=dates_of)
+    return raw_to_candidates(raw.where(_per_batch("event_date", dates_of)) if dates_of else raw)
+
+
+def _dates_by_batch(inputs: Inputs) -> dict[date, set[date]]:
+    """The event dates of these inputs, by batch."""
     dates_of: dict[date, set[date]] = {}
     for event_date, received_date in inputs:
         dates_of.setdefault(received_date, set()).add(event_date)
-    raw = store.read(RAW_EVENTS, partitions=dates_of)
-    return raw_to_candidates(raw.where(_per_batch("event_date", dates_of)) if dates_of else raw)
+    return dates_of
 
 
 def _per_batch(column: str, values: dict[date, set]) -> Column:
@@ -120,33 +126,27 @@ class EventsChange:
             frame.unpersist()
 
 
-def held_on_driver(store: DeltaStore, inputs: Inputs) -> set[Copy] | None:
+def held_on_driver(store: DeltaStore, inputs: Inputs, *, rows: int) -> set[Copy] | None:
     """The copies behind these inputs (COPY_KEY), read from raw with Arrow, when they are at
-    most HELD_ON_DRIVER (the index says how many); None otherwise."""
-    if indexed_rows(store, inputs) > HELD_ON_DRIVER:
+    most HELD_ON_DRIVER (`rows`, the index's count of them); None otherwise."""
+    if rows > HELD_ON_DRIVER:
         return None
-    dates_of: dict[date, set[date]] = {}
-    for event_date, received_date in inputs:
-        dates_of.setdefault(received_date, set()).add(event_date)
+    dates_of = _dates_by_batch(inputs)
     if not dates_of:
         return set()
-    rows = store.read_arrow(
+    columns = ["event_date", "message_id", "received_date"]  # COPY_KEY in `raw_events`
+    raw = store.read_arrow(
         RAW_EVENTS,
         partitions=sorted(dates_of),
-        columns=["event_date", "message_id", "received_date"],
+        columns=columns,
         where=pc.field("event_date").isin(
             pa.array(sorted(set().union(*dates_of.values())), pa.date32())
         ),
     )
     return {
-        (event_date, event_id, received_date)
-        for event_date, event_id, received_date in zip(
-            rows.column("event_date").to_pylist(),
-            rows.column("message_id").to_pylist(),
-            rows.column("received_date").to_pylist(),
-            strict=True,
-        )
-        if event_date in dates_of[received_date]
+        copy
+        for copy in copies_in(raw.select(columns).rename_columns(list(COPY_KEY)))
+        if copy[0] in dates_of[copy[2]]
     }
 
 

@@ -6,6 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import date
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -16,6 +17,11 @@ from sessionize_assets.transforms.validation import DEDUP, DUPLICATE
 # date says which `events` partition holds it when it wins.
 COPY_KEY = ("event_date", "event_id", "received_date")
 Copy = tuple[date, str, date]  # a COPY_KEY on the driver
+
+
+def copies_in(rows: pa.Table) -> list[Copy]:
+    """The COPY_KEY of each Arrow row."""
+    return list(zip(*(rows.column(name).to_pylist() for name in COPY_KEY), strict=True))
 
 
 def raw_to_candidates(raw: DataFrame) -> DataFrame:

@@ -115,8 +115,7 @@ def parsed_rows(
         "source_file": lines.column("source_file"),
         "reason": reason,
         "detail": detail,
-        **{name: value[name] for name in _FIELDS},
-        "message_id": message_id,
+        **{name: value[name] for name in _FIELDS},  # `message_id` as marked above
         "event_ts": event_ts,
         "received_at": [_timestamp(us) for us in value["received_us"]],
         "campaign": [
