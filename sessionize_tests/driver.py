@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 
@@ -85,7 +86,22 @@ def follow_through(
     run_id: str,
 ) -> BatchRun:
     """The runs that follow an ingestion, for these event dates, as the sensors ask for them."""
-    events = update_events(store, spark, event_dates=event_dates, run_id=run_id)
+    events = update_events(store, lambda: spark, event_dates=event_dates, run_id=run_id)
+    return after_events(
+        store, lambda: spark, settings=settings, received=received, events=events, run_id=run_id
+    )
+
+
+def after_events(
+    store: DeltaStore,
+    spark: Callable[[], SparkSession],
+    *,
+    settings: Settings,
+    received: date,
+    events: EventsReport,
+    run_id: str,
+) -> BatchRun:
+    """The runs that follow an events run (`events`), as the sensors ask for them."""
     identities = update_identities(store, run_id=run_id)  # in the events run
     sessions = update_sessions(
         store,

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionize_assets.lake.embedded import EmbeddedDeltaStore
+from sessionize_assets.lake.placement import DEFAULT_DRIVER_WRITE_BYTES
 from sessionize_assets.pipeline import sessions_additions
 from sessionize_tests.conftest import make_settings
 from sessionize_tests.driver import process_batch
@@ -149,6 +150,10 @@ def test_incremental_equals_full_recompute(spark, monkeypatch, batches, data):
         sessions_additions, "ADDITIONS_MIN_EVENTS_SKIPPED", 0 if from_additions else 1 << 62
     )
     redeliver = data.draw(st.sampled_from([None, *order]), label="batch delivered twice")
+    # Batches read, settled and written on the driver where they fit, or all by Spark.
+    driver_write_bytes = data.draw(
+        st.sampled_from([DEFAULT_DRIVER_WRITE_BYTES, 0]), label="driver_write_bytes"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         # SPEC §9 learns the grace period from the dates 1..2 days before R, so statuses turn
         # complete within these few days, whatever order the batches arrive in.
@@ -159,9 +164,12 @@ def test_incremental_equals_full_recompute(spark, monkeypatch, batches, data):
             max_session_length=MAX_LENGTH,
             lateness_horizon_days=1,
             lateness_window_days=2,
+            driver_write_bytes=driver_write_bytes,
         )
         pipeline = Pipeline(spark, config)
-        store = EmbeddedDeltaStore(spark=spark, lake=config.lake_dir)
+        store = EmbeddedDeltaStore(
+            spark=spark, lake=config.lake_dir, driver_write_bytes=driver_write_bytes
+        )
         arrivals = [*order, redeliver] if redeliver is not None else list(order)
         for step, offset in enumerate(arrivals):
             received = START + timedelta(days=offset)

@@ -254,11 +254,11 @@ def test_a_dropped_folder_reaches_the_snapshot_with_no_click(deployment):
     # Those days' sessions were materialized again: the snapshot days that follow from them
     # were reported again after them, so the UI shows no partition of any asset unsynced.
     assert server.unsynced() == {}
-    # The runs' Spark was the deployment's Spark server: it ran their jobs, and each
-    # run's count of them (from the server's status API) is what its steps report. A daily
-    # batch is ingested, and its sessions built and committed, on the driver: no job there.
+    # The runs' Spark is the deployment's Spark server, and each run's count of its jobs
+    # (from the server's status API) is what its steps report. A daily batch is ingested,
+    # settled, sessionized and checked on the driver: the server ran no job for it.
     served = _server_jobs_by_step(settings)
-    assert served["events"] > 0, served
+    assert served == Counter(), served
     with server.instance() as instance:
         for asset, step in (
             ("raw_events", "ingest"),

@@ -101,11 +101,19 @@ def test_a_backlog_then_a_daily_batch_over_the_server_equal_the_full_recompute(s
     ]
     assert len(progress) == DAILY and all(" ok in " in line for line in progress), output
     # Counted by the server (the client has no SparkContext): the client alone would count
-    # none. (A local session's count of such a batch: ingest 1, events 6, sessions none, built
-    # and committed on the driver.)
-    jobs = [int(re.search(r"spark jobs=(\d+),", line).group(1)) for line in progress]
-    assert all(count > 0 for count in jobs), progress
+    # none of the backlog's. A daily batch is ingested, settled and sessionized on the
+    # driver: none of its runs asks the server for a job.
+    (backlog,) = [line for line in output.splitlines() if line.startswith(f"[1/1] {START}..")]
+    assert _spark_jobs(backlog) > 0, backlog
+    assert [_spark_jobs(line) for line in progress] == [0] * DAILY, progress
     assert_tables_equal_the_full_recompute(settings, spark)
+
+
+def _spark_jobs(progress: str) -> int:
+    """The Spark jobs a replay's progress line reports for its batch."""
+    found = re.search(r"spark jobs=(\d+),", progress)
+    assert found is not None, progress
+    return int(found.group(1))
 
 
 def test_the_runs_share_one_python_daemon_of_the_server(served):

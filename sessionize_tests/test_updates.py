@@ -237,10 +237,12 @@ def test_full_refresh_rebuilds_from_raw_and_logs_no_change(pipeline, spark, sett
     logged = pipeline.store.read(SESSION_CHANGES).count()
 
     dates = [day(-1), day(0), day(1), day(2)]
-    events = update_events(pipeline.store, spark, event_dates=dates, run_id="rb", full_refresh=True)
+    events = update_events(
+        pipeline.store, lambda: spark, event_dates=dates, run_id="rb", full_refresh=True
+    )
     sessions = update_sessions(
         pipeline.store,
-        spark,
+        lambda: spark,
         session_dates=dates,
         settings=settings,
         run_id="rb",
@@ -261,7 +263,7 @@ def test_a_new_gap_recomputes_the_sessions_whole(pipeline, spark, settings):
     pipeline.settings = settings.with_overrides(session_gap=timedelta(hours=1))
     run = update_sessions(
         pipeline.store,
-        spark,
+        lambda: spark,
         session_dates=[day(0)],
         settings=pipeline.settings,
         run_id="new-gap",
@@ -270,7 +272,11 @@ def test_a_new_gap_recomputes_the_sessions_whole(pipeline, spark, settings):
     assert run.recomputed == [day(0)]
     assert [(s[1], s[3]) for s in pipeline.sessions()] == [("2026-01-10 10:00:00", 2)]
     again = update_sessions(
-        pipeline.store, spark, session_dates=[day(0)], settings=pipeline.settings, run_id="x"
+        pipeline.store,
+        lambda: spark,
+        session_dates=[day(0)],
+        settings=pipeline.settings,
+        run_id="x",
     )
     assert again.updated == []  # absorbed: nothing left to do
 
@@ -290,7 +296,11 @@ def test_a_new_gap_keeps_the_sessions_it_does_not_change(pipeline, spark, settin
 
     pipeline.settings = settings.with_overrides(session_gap=timedelta(hours=1))
     run = update_sessions(
-        pipeline.store, spark, session_dates=[day(0)], settings=pipeline.settings, run_id="gap"
+        pipeline.store,
+        lambda: spark,
+        session_dates=[day(0)],
+        settings=pipeline.settings,
+        run_id="gap",
     )
 
     assert run.recomputed == [day(0)]
@@ -332,7 +342,7 @@ def test_two_events_runs_launched_at_once_on_overlapping_dates_end_as_a_full_rec
     def run(name: str, dates: list[date]) -> None:
         store = EmbeddedDeltaStore(spark=spark, lake=settings.lake_dir)
         try:
-            update_events(store, spark, event_dates=dates, run_id=name)
+            update_events(store, lambda: spark, event_dates=dates, run_id=name)
             outcomes[name] = "committed"
         except WriteConflictError:
             outcomes[name] = "conflict"
@@ -349,10 +359,10 @@ def test_two_events_runs_launched_at_once_on_overlapping_dates_end_as_a_full_rec
 
     # What the sensors ask for next: the dates the manifests say are behind, then sessions.
     dates = [day(-1), day(0), day(1)]
-    update_events(p.store, spark, event_dates=dates, run_id="next")
+    update_events(p.store, lambda: spark, event_dates=dates, run_id="next")
     update_sessions(
         p.store,
-        spark,
+        lambda: spark,
         session_dates=session_dates_for(dates, settings),
         settings=settings,
         run_id="next",
@@ -378,7 +388,7 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
             settings=settings,
             run_id="ingest",
         )
-    update_events(p.store, spark, event_dates=[day(0), day(1)], run_id="events")
+    update_events(p.store, lambda: spark, event_dates=[day(0), day(1)], run_id="events")
     update_identities(p.store, run_id="events")  # as the events run does
     both_read = threading.Barrier(2, timeout=120)
 
@@ -396,7 +406,9 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
     def run(name: str, dates: list[date]) -> None:
         store = ReadTogether(spark=spark, lake=settings.lake_dir)
         try:
-            update_sessions(store, spark, session_dates=dates, settings=settings, run_id=name)
+            update_sessions(
+                store, lambda: spark, session_dates=dates, settings=settings, run_id=name
+            )
             outcomes[name] = "committed"
         except WriteConflictError:
             outcomes[name] = "conflict"
@@ -414,7 +426,7 @@ def test_two_sessions_runs_that_both_found_no_sessions_table_do_not_both_append(
     assert len(ids) == len(set(ids))
 
     update_sessions(
-        p.store, spark, session_dates=[day(0), day(1)], settings=settings, run_id="next"
+        p.store, lambda: spark, session_dates=[day(0), day(1)], settings=settings, run_id="next"
     )
     update_lifecycle(p.store, through=day(1), settings=settings, run_id="next")
     p.summarise(run_id="next")
@@ -470,7 +482,7 @@ def test_a_failed_check_marks_its_dates_and_their_next_runs_heal_them(pipeline):
     )
     assert day(0) in stale
 
-    events = update_events(store, pipeline.spark, event_dates=list(behind), run_id="heal")
+    events = update_events(store, lambda: pipeline.spark, event_dates=list(behind), run_id="heal")
     assert events.recomputed == [day(0)]
     stale = session_dates_behind(
         store.read_arrow(EVENTS_MANIFEST),
@@ -478,7 +490,11 @@ def test_a_failed_check_marks_its_dates_and_their_next_runs_heal_them(pipeline):
         settings=pipeline.settings,
     )
     update_sessions(
-        store, pipeline.spark, session_dates=list(stale), settings=pipeline.settings, run_id="heal"
+        store,
+        lambda: pipeline.spark,
+        session_dates=list(stale),
+        settings=pipeline.settings,
+        run_id="heal",
     )
     pipeline.assert_equals_full_recompute()
     assert store.read(SESSIONS).count() == 1 and store.read(EVENTS).count() == 2

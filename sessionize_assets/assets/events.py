@@ -45,10 +45,11 @@ def build_events_asset(*, partitions_def: PartitionsDefinition) -> AssetsDefinit
             store, dates = step.store, step.dates
             before = store.row_counts(EVENTS, partitions=dates)
             asked = set(dates)
-            with step.counting_jobs():
+            # A daily batch that fits the driver is settled there: no Spark session starts.
+            with step.counting_jobs(on_demand=True):
                 report = update_events(
                     store,
-                    step.spark(),
+                    step.spark,
                     event_dates=dates,
                     run_id=step.run_id,
                     full_refresh=config.full_refresh,

@@ -89,10 +89,11 @@ def build_sessions_assets(
         """Recompute the sessions of users whose events changed, and log the corrections."""
         with lake_step(context, lake, step="sessions") as step:
             store, dates = step.store, step.dates
-            with step.counting_jobs():
+            # A daily batch's sessions are built and committed on the driver: no Spark session.
+            with step.counting_jobs(on_demand=True):
                 report = update_sessions(
                     store,
-                    step.spark(),
+                    step.spark,
                     session_dates=dates,
                     settings=settings,
                     run_id=step.run_id,

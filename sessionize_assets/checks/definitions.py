@@ -87,7 +87,7 @@ from sessionize_assets.pipeline.manifests import (
     recompute_session_dates,
 )
 from sessionize_assets.resources.lake import LakeResource
-from sessionize_assets.resources.spark import counting_jobs
+from sessionize_assets.resources.spark import counting_jobs_on_demand
 from sessionize_assets.settings import Settings
 from sessionize_assets.transforms.events import COPY_KEY
 from sessionize_assets.transforms.validation import DEDUP
@@ -145,13 +145,13 @@ ADDED_EVENT_COLUMNS = ["event_date", "event_id", "received_date"]
 
 @dataclass(frozen=True, kw_only=True)
 class CheckStep:
-    """What a step's rules are given: the run's context, the lake, its Spark session, the
-    checks selected in the run, and `cache`, for a frame read more than once (released after
-    the evaluation)."""
+    """What a step's rules are given: the run's context, the lake, its Spark session (started
+    when first asked for), the checks selected in the run, and `cache`, for a frame read more
+    than once (released after the evaluation)."""
 
     context: AssetCheckExecutionContext
     store: DeltaStore
-    spark: SparkSession
+    spark: Callable[[], SparkSession]  # started on first use
     selected: set[str]
     cache: Callable[[DataFrame], DataFrame]
 
@@ -188,12 +188,13 @@ def lake_checks(
         def step(context: AssetCheckExecutionContext) -> Iterator[AssetCheckResult]:
             lake: LakeResource = context.resources.lake
             selected = {key.name for key in context.selected_asset_check_keys}
-            spark = lake.spark.session()
+            # The session starts when a rule first asks for it: a daily batch's rules read
+            # its few rows with Arrow, and its checks start none.
             with (
                 lake.writer(context, step=f"checks {name}"),
-                counting_jobs(spark, name) as spark_jobs,
+                counting_jobs_on_demand(lake.spark.session, name) as (spark, spark_jobs),
             ):
-                store = lake.store()
+                store = lake.store(spark=spark)
                 cached: list[DataFrame] = []
 
                 def cache(frame: DataFrame) -> DataFrame:
@@ -493,7 +494,7 @@ def build_checks(*, settings: Settings) -> list[AssetChecksDefinition]:
                 )
             else:
                 if isinstance(quarantine, pa.Table):  # too many pairs to look up on the driver
-                    quarantine = frame_of(step.spark, SESSION_QUARANTINE, quarantine)
+                    quarantine = frame_of(step.spark(), SESSION_QUARANTINE, quarantine)
                 if near is not None and looked_up:
                     sessions = near.where(F.col("session_date").isin(quarantine_dates))
                 else:  # alone, or too many pairs to look up: the dates whole

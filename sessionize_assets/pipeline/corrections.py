@@ -16,7 +16,7 @@ alone is only marked as logged (`mark_logged`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -148,7 +148,7 @@ def _change_rows(diff: DataFrame, *, commit_version: int, run_id: str) -> DataFr
 
 def log_commit(
     store: DeltaStore,
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     diff: DataFrame | pa.Table,
     *,
     sessions_version: int,
@@ -224,9 +224,10 @@ def mark_logged(store: DeltaStore, *, sessions_version: int, tags: Mapping[str, 
 
 
 def log_unlogged_versions(
-    store: DeltaStore, spark: SparkSession, *, run_id: str, tags: Mapping[str, str]
+    store: DeltaStore, spark: Callable[[], SparkSession], *, run_id: str, tags: Mapping[str, str]
 ) -> list[int]:
-    """Log every sessions version the log does not hold yet; the versions with a change."""
+    """Log every sessions version the log does not hold yet; the versions with a change
+    (`spark` is called only when there is one to log)."""
     current = store.version(SESSIONS)
     if current is None:
         return []
@@ -234,7 +235,7 @@ def log_unlogged_versions(
     logged = _logged_through(store)
     found = []
     for version in range(logged + 1, current + 1):
-        rows = signed_rows(store, spark, SESSIONS, since=version - 1, through=version)
+        rows = signed_rows(store, spark(), SESSIONS, since=version - 1, through=version)
         if rows is None:
             raise LakeError(
                 f"sessions version {version} is not in the corrections log, and its Delta log "

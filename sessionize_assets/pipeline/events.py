@@ -31,12 +31,15 @@ rejections already made.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import date
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import CommitInfo, DeltaStore, empty_frame
 from sessionize_assets.lake.tables import EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
@@ -51,6 +54,7 @@ from sessionize_assets.pipeline.events_change import (
     replace_dates,
     settle,
 )
+from sessionize_assets.pipeline.events_on_driver import settle_on_driver
 from sessionize_assets.pipeline.keyed_reads import keys_for_join
 from sessionize_assets.pipeline.manifests import (
     ABSORBED_KEY,
@@ -66,6 +70,7 @@ from sessionize_assets.pipeline.manifests import (
     record_unrecorded,
 )
 from sessionize_assets.resources.spark import shuffle_partitions_for
+from sessionize_assets.transforms.events import Copy
 from sessionize_assets.transforms.validation import DEDUP
 
 
@@ -97,7 +102,7 @@ class EventsReport:
 
 def update_events(
     store: DeltaStore,
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     *,
     event_dates: Iterable[date],
     run_id: str,
@@ -109,8 +114,9 @@ def update_events(
     dates change only where a copy of an id settled here is displaced or promoted.
 
     The recipe: record what a killed run left unrecorded; plan each date's inputs (`_plan`);
-    settle the new copies into a change (`events_change`); commit the rejections, then
-    `events`; record what each date absorbed; report.
+    settle the new copies into a change (`events_change`, or `events_on_driver` for a daily
+    batch that fits there, which never calls `spark`); commit the rejections, then `events`;
+    record what each date absorbed; report.
     """
     dates = sorted(set(event_dates))
     report = EventsReport(requested=dates)
@@ -123,10 +129,19 @@ def update_events(
     if work is None:
         return report
     index_missing_batches(store, run_id=run_id)
-    # Shuffles sized for the run's raw rows: a rebuild's winners over 20 M copies, in the
-    # local session's two shuffle partitions, spilled 856 MB.
-    with shuffle_partitions_for(spark, rows=work.raw_rows):
-        change = _change(store, spark, work, full_refresh=full_refresh)
+    with ExitStack() as stack:
+        # A run with no recomputed date reads only its new inputs (`raw_rows` of them).
+        change = (
+            None
+            if full_refresh or work.recompute
+            else settle_on_driver(store, work.new_inputs, rows=work.raw_rows)
+        )
+        if change is None:
+            # Shuffles sized for the run's raw rows: a rebuild's winners over 20 M copies, in
+            # the local session's two shuffle partitions, spilled 856 MB.
+            stack.enter_context(shuffle_partitions_for(spark(), rows=work.raw_rows))
+            change = _change(store, spark(), work, full_refresh=full_refresh)
+        stack.callback(change.release)
         also_changed = sorted(change.dates_touched - set(dates))
         unchanged = _left_as_they_were(work, change)
         manifest = {
@@ -135,23 +150,20 @@ def update_events(
         # A date outside the request keeps the inputs it absorbed, now held by this version.
         manifest |= absorbed_inputs(store, partitions=also_changed)
         tags = {"dagster_run_id": run_id}
-        try:
-            _commit_rejections(
-                store,
-                spark,
-                change,
-                tags={**tags, "table": REJECTED_EVENTS.name},
-                read_version=read_at[REJECTED_EVENTS],
-            )
-            commit = _commit_events(
-                store,
-                spark,
-                change,
-                tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
-                read_version=read_at[EVENTS],
-            )
-        finally:
-            change.release()
+        _commit_rejections(
+            store,
+            spark,
+            change,
+            tags={**tags, "table": REJECTED_EVENTS.name},
+            read_version=read_at[REJECTED_EVENTS],
+        )
+        commit = _commit_events(
+            store,
+            spark,
+            change,
+            tags={**tags, "table": EVENTS.name, ABSORBED_KEY: absorbed_metadata(manifest)},
+            read_version=read_at[EVENTS],
+        )
     record_absorbed(
         store,
         absorbed=manifest,
@@ -279,7 +291,7 @@ def _report_run(
 
 def _commit_rejections(
     store: DeltaStore,
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     change: EventsChange,
     *,
     tags: dict[str, str],
@@ -287,6 +299,20 @@ def _commit_rejections(
 ) -> CommitInfo | None:
     """Duplicate rejections: the recomputed dates' written again, the others added and
     removed by copy. Nothing is committed when nothing changes."""
+    if change.on_driver is not None:
+        if not change.rejections_drop and change.rejections_add is None:
+            return None
+        assert not isinstance(change.rejections_add, DataFrame)
+        return store.rewrite_arrow(
+            REJECTED_EVENTS,
+            add=change.rejections_add or to_arrow_schema(REJECTED_EVENTS.schema).empty_table(),
+            drop=_keys_table(change.rejections_drop, id_column="message_id").append_column(
+                "origin", pa.array([DEDUP] * len(change.rejections_drop), pa.string())
+            ),
+            files=change.on_driver.rejections,
+            commit_metadata=tags,
+            read_version=read_version,
+        )
     drop, keys, batches = None, None, {r for _, _, r in change.rejections_drop}
     if change.rejections_replaced is not None:
         replaced_batches, dates = change.rejections_replaced
@@ -294,7 +320,7 @@ def _commit_rejections(
         batches |= set(replaced_batches)
     if change.rejections_drop:
         keys = keys_for_join(
-            keys_frame(spark, change.rejections_drop).select(
+            keys_frame(spark(), change.rejections_drop).select(
                 "event_date",
                 F.col("event_id").alias("message_id"),
                 "received_date",
@@ -305,12 +331,13 @@ def _commit_rejections(
     if drop is None and keys is None and change.rejections_add is None:
         return None
     rows = change.rejections_add
+    assert not isinstance(rows, pa.Table)
     return store.rewrite(
         REJECTED_EVENTS,
         partitions=sorted(batches),
         drop=drop,
         drop_keys=keys,
-        add=lambda: rows if rows is not None else empty_frame(spark, REJECTED_EVENTS.schema),
+        add=lambda: rows if rows is not None else empty_frame(spark(), REJECTED_EVENTS.schema),
         commit_metadata=tags,
         read_version=read_version,
     )
@@ -318,16 +345,28 @@ def _commit_rejections(
 
 def _commit_events(
     store: DeltaStore,
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     change: EventsChange,
     *,
     tags: dict[str, str],
     read_version: int | None,
 ) -> CommitInfo:
+    rows = change.events_add
+    if change.on_driver is not None:
+        assert isinstance(rows, pa.Table)
+        return store.rewrite_arrow(
+            EVENTS,
+            add=rows,
+            drop=_keys_table(change.events_drop, id_column="event_id"),
+            files=change.on_driver.events,
+            commit_metadata=tags,
+            read_version=read_version,
+        )
+    assert isinstance(rows, DataFrame)
     if change.replaced is not None:
         return store.replace_partitions(
             EVENTS,
-            change.events_add,
+            rows,
             partitions=change.replaced,
             commit_metadata=tags,
             read_version=read_version,
@@ -335,12 +374,24 @@ def _commit_events(
     drop = change.events_drop
     keys = None
     if drop:
-        keys = keys_for_join(keys_frame(spark, drop), rows=len(drop))
+        keys = keys_for_join(keys_frame(spark(), drop), rows=len(drop))
     return store.rewrite(
         EVENTS,
         partitions=sorted({d for d, _, _ in drop}),
         drop_keys=keys,
-        add=lambda: change.events_add,
+        add=lambda: rows,
         commit_metadata=tags,
         read_version=read_version,
+    )
+
+
+def _keys_table(copies: list[Copy], *, id_column: str) -> pa.Table:
+    """These copies' COPY_KEY as Arrow rows, the id named `id_column` (what `rewrite_arrow`
+    drops the rows equal to)."""
+    return pa.table(
+        {
+            "event_date": pa.array([d for d, _, _ in copies], pa.date32()),
+            id_column: pa.array([i for _, i, _ in copies], pa.string()),
+            "received_date": pa.array([r for _, _, r in copies], pa.date32()),
+        }
     )

@@ -5,7 +5,7 @@ requested date replaced by its winners), as the rows to add and drop in `events`
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from functools import reduce
@@ -28,6 +28,8 @@ from sessionize_assets.pipeline.event_ids import (
 from sessionize_assets.pipeline.keyed_reads import (
     isin_texts,
     pair_filter,
+    pair_keys,
+    pair_texts,
     rows_with_keys,
     rows_with_values,
 )
@@ -101,14 +103,25 @@ def _is_copy(copies: Collection[Copy]) -> Column:
     return _per_batch("event_id", ids_by_batch)
 
 
+@dataclass(frozen=True, kw_only=True)
+class DriverFiles:
+    """The live files holding the copies a change made on the driver drops, in each table
+    (what `rewrite_arrow` searches)."""
+
+    events: list[str]
+    rejections: list[str]
+
+
 @dataclass(kw_only=True)
 class EventsChange:
-    """What one run commits: rows to add and keys to drop, in `events` and `rejected_events`."""
+    """What one run commits: rows to add and keys to drop, in `events` and `rejected_events`.
+    Spark frames, or Arrow rows made on the driver (`on_driver`, `pipeline/events_on_driver`)."""
 
-    events_add: DataFrame  # rows in the shape of `events`
+    events_add: DataFrame | pa.Table  # rows in the shape of `events`
     events_drop: list[Copy]
-    rejections_add: DataFrame | None  # rows in the shape of `rejected_events`
+    rejections_add: DataFrame | pa.Table | None  # rows in the shape of `rejected_events`
     rejections_drop: list[Copy]  # duplicate rejections to remove, by copy
+    on_driver: DriverFiles | None = None
     # Duplicate rejections removed whole: (batches, event dates) of the recomputed dates.
     rejections_replaced: tuple[list[date], list[date]] | None = None
     # `full_refresh`: these dates become `events_add` whole (None: rows added and dropped).
@@ -131,23 +144,38 @@ def held_on_driver(store: DeltaStore, inputs: Inputs, *, rows: int) -> set[Copy]
     most HELD_ON_DRIVER (`rows`, the index's count of them); None otherwise."""
     if rows > HELD_ON_DRIVER:
         return None
+    return set(copies_in(raw_on_driver(store, inputs, columns=list(COPY_KEY))))
+
+
+def raw_on_driver(store: DeltaStore, inputs: Inputs, *, columns: Sequence[str]) -> pa.Table:
+    """`columns` of the raw copies behind these inputs, read with Arrow, in the shape of
+    `events` (`message_id` named `event_id`): the batches' partitions, filtered to the inputs'
+    event dates as the files are read, then to each batch's own."""
     dates_of = _dates_by_batch(inputs)
+    names = in_raw(columns)
     if not dates_of:
-        return set()
-    columns = ["event_date", "message_id", "received_date"]  # COPY_KEY in `raw_events`
+        return store.read_arrow(RAW_EVENTS, partitions=[], columns=names).rename_columns(columns)
     raw = store.read_arrow(
         RAW_EVENTS,
         partitions=sorted(dates_of),
-        columns=columns,
+        columns=sorted({*names, "event_date", "received_date"}),
         where=pc.field("event_date").isin(
             pa.array(sorted(set().union(*dates_of.values())), pa.date32())
         ),
     )
-    return {
-        copy
-        for copy in copies_in(raw.select(columns).rename_columns(list(COPY_KEY)))
-        if copy[0] in dates_of[copy[2]]
-    }
+    wanted = pair_texts((r, d) for r, dates in dates_of.items() for d in dates)
+    raw = raw.filter(
+        pc.is_in(
+            pair_keys(raw, partition="received_date", key="event_date"),
+            value_set=pa.array(wanted, pa.string()),
+        )
+    )
+    return raw.select(names).rename_columns(columns)
+
+
+def in_raw(columns: Sequence[str]) -> list[str]:
+    """The names in `raw_events` of these columns of `events` (and `raw_line`)."""
+    return ["message_id" if name == "event_id" else name for name in columns]
 
 
 def settle(

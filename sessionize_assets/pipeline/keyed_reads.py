@@ -244,7 +244,9 @@ def pair_texts(pairs: Iterable[tuple[PartitionValue, str | date]]) -> list[str]:
 def pair_keys(rows: pa.Table, *, partition: str, key: str) -> pa.ChunkedArray:
     """Each row's (`partition`, `key`) as `pair_texts` writes a pair: `date|key`, to match
     Arrow rows with `pc.is_in` (Arrow's joins take no struct columns, and events have two)."""
-    return pc.binary_join_element_wise(pc.cast(rows[partition], pa.string()), rows[key], "|")
+    return pc.binary_join_element_wise(
+        pc.cast(rows[partition], pa.string()), pc.cast(rows[key], pa.string()), "|"
+    )
 
 
 def pair_filter(

@@ -23,7 +23,7 @@ compared, so there too only the pairs whose rows differ are rewritten.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -170,7 +170,7 @@ class SessionsReport:
 
 def update_sessions(
     store: DeltaStore,
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     *,
     session_dates: Iterable[date],
     settings: Settings,
@@ -188,7 +188,8 @@ def update_sessions(
     pairs' users' events (`read_events`); recompute those, update the isolated ones from their
     old rows and added events, and stitch them all; commit the pairs whose rows differ with
     their corrections (`_commit_sessions`) and the quarantine (`_commit_quarantine`). Last,
-    record what each date has absorbed.
+    record what each date has absorbed. `spark` is called only when the run needs Spark: a
+    run made on the driver starts no session.
     """
     dates = sorted(set(session_dates))
     report = SessionsReport(requested=dates)
@@ -217,56 +218,57 @@ def update_sessions(
         event_rows = store.row_counts(EVENTS)
         whole_rows = events_on(event_rows, event_window(plan.scope.whole, settings))
         keep = _kept_at(whole_rows)
+        files = _old_files(store, plan)
+        found = _addition_candidates(plan, event_rows=event_rows, settings=settings)
+        rules = _rules(plan, settings)
+        # Without additions, a run whose sessions the driver builds commits there too when
+        # what it rewrites fits (pipeline/sessions_on_driver.py): no Spark session.
+        on_driver = (
+            built_on_driver(
+                store,
+                plan.scope,
+                settings=settings,
+                rules=rules,
+                skipped=set(),
+                event_rows=event_rows,
+            )
+            if found is None
+            else None
+        )
+        if (
+            on_driver is not None
+            and files is not None
+            and fits_on_driver(store, on_driver.sessions, files=files, relabel=relabel)
+        ):
+            _report_lookup(report, on_driver.lookup)
+            _report_commit(
+                report,
+                commit_on_driver(
+                    store,
+                    spark,
+                    built=on_driver.sessions,
+                    events=on_driver.read,
+                    scope=plan.scope,
+                    files=files,
+                    relabel=relabel,
+                    tags=tags,
+                    read_versions=(read_at[SESSIONS], read_at[SESSION_QUARANTINE]),
+                    run_id=run_id,
+                ),
+            )
+            report.sessions_version = store.version(SESSIONS)
+            return _finish(store, plan, run_id, read_at, report)
+        session = spark()
         # Spark plans a kept frame when it is kept, and an action when it runs: all of them
         # from here on have shuffles sized for the run.
-        with shuffle_partitions_for(spark, rows=whole_rows):
-            files = _old_files(store, plan)
-            found = _addition_candidates(plan, event_rows=event_rows, settings=settings)
-            rules = _rules(plan, settings)
-            # Without additions, a run whose sessions the driver builds commits there too when
-            # what it rewrites fits (pipeline/sessions_on_driver.py): no Spark job.
-            on_driver = (
-                built_on_driver(
-                    store,
-                    plan.scope,
-                    settings=settings,
-                    rules=rules,
-                    skipped=set(),
-                    event_rows=event_rows,
-                )
-                if found is None
-                else None
-            )
-            if (
-                on_driver is not None
-                and files is not None
-                and fits_on_driver(store, on_driver.sessions, files=files, relabel=relabel)
-            ):
-                _report_lookup(report, on_driver.lookup)
-                _report_commit(
-                    report,
-                    commit_on_driver(
-                        store,
-                        spark,
-                        built=on_driver.sessions,
-                        events=on_driver.read,
-                        scope=plan.scope,
-                        files=files,
-                        relabel=relabel,
-                        tags=tags,
-                        read_versions=(read_at[SESSIONS], read_at[SESSION_QUARANTINE]),
-                        run_id=run_id,
-                    ),
-                )
-                report.sessions_version = store.version(SESSIONS)
-                return _finish(store, plan, run_id, read_at, report)
+        with shuffle_partitions_for(session, rows=whole_rows):
             old = None if files is None else _old_rows(store, plan, files, keep=keep)
             if old is not None:
                 frames.append(old)
             additions = (
                 None
                 if found is None or old is None
-                else isolated_pairs(store, spark, found=found, old=old, settings=settings)
+                else isolated_pairs(store, session, found=found, old=old, settings=settings)
             )
             report.users_from_additions = 0 if additions is None else len(additions.users)
             report.pairs_from_additions = 0 if additions is None else len(additions.pairs)
@@ -282,7 +284,7 @@ def update_sessions(
                 )
             events: DataFrame | EventsRead
             if on_driver is not None:
-                built = spark.createDataFrame(on_driver.sessions)
+                built = session.createDataFrame(on_driver.sessions)
                 events, lookup = on_driver.read, on_driver.lookup
             else:
                 events, lookup = read_events(
@@ -302,7 +304,7 @@ def update_sessions(
                 isolated = pair_filter(additions.pairs, partition="session_date", key="user_id")
                 built = built.where(~isolated).unionByName(
                     sessions_of_additions(
-                        store, spark, additions=additions, old=old, settings=settings
+                        store, session, additions=additions, old=old, settings=settings
                     )
                 )
             identities = store.read(USER_IDENTITIES) if store.exists(USER_IDENTITIES) else None
@@ -313,7 +315,7 @@ def update_sessions(
             sessions, quarantine = split_quarantine(stitched)
             committed = _commit_sessions(
                 store,
-                spark,
+                session,
                 plan,
                 events=events,
                 sessions=sessions,
@@ -411,7 +413,7 @@ class _Commit:
 
 def _plan(
     store: DeltaStore,
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     dates: list[date],
     *,
     settings: Settings,
@@ -431,7 +433,7 @@ def _plan(
     ]
     partial = [d for d in dates if d not in whole and progress[d].events_version < events_version]
     absorbed = {d: progress[d].events_version for d in partial}
-    found = touched_pairs(store, spark, absorbed, events_version, settings)
+    found = touched_pairs(store, absorbed, events_version, settings)
     if found is None:  # the events history since then is gone: recompute those dates
         whole, partial = sorted([*whole, *partial]), []
         found = NO_PAIRS
@@ -440,9 +442,9 @@ def _plan(
     if found.listed is not None:
         by_date: dict[date, list[str]] | None = found.listed
         # Made and kept only when the run needs it in Spark.
-        pairs = lambda: found.frame(spark).persist(StorageLevel.MEMORY_AND_DISK)  # noqa: E731
+        pairs = lambda: found.frame(spark()).persist(StorageLevel.MEMORY_AND_DISK)  # noqa: E731
     else:
-        kept = found.frame(spark).persist(StorageLevel.MEMORY_AND_DISK)
+        kept = found.frame(spark()).persist(StorageLevel.MEMORY_AND_DISK)
         by_date = keys_by_partition(
             kept, partition="session_date", key="user_id", limit=PRUNING_PAIRS_LIMIT
         )
@@ -580,7 +582,7 @@ def _commit_sessions(
             )
         log_commit(
             store,
-            spark,
+            lambda: spark,
             diff,
             sessions_version=done.version or 0,
             run_id=commit.run_id,

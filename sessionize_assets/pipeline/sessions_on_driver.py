@@ -15,7 +15,7 @@ run to Spark).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,7 +49,7 @@ def fits_on_driver(
 
 def commit_on_driver(
     store: DeltaStore,
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     *,
     built: pa.Table,
     events: EventsRead,

@@ -75,7 +75,6 @@ NO_PAIRS = TouchedPairs(listed={})
 
 def touched_pairs(
     store: DeltaStore,
-    spark: SparkSession,
     absorbed: dict[date, int],
     events_version: int,
     settings: Settings,

@@ -42,18 +42,40 @@ def mark_winners(copies: DataFrame) -> DataFrame:
     return copies.select(*COPY_KEY, (F.col("received_date") == first).alias("wins"))
 
 
+# A duplicate rejection's `detail`.
+DUPLICATE_DETAIL = "a copy of this messageId in an earlier batch wins"
+
+
 def duplicate_rejections(losers: DataFrame) -> DataFrame:
     """`rejected_events` rows for copies that lost to a copy in an earlier batch."""
     return losers.select(
         "raw_line",
         F.lit(DUPLICATE).alias("reason"),
-        F.lit("a copy of this messageId in an earlier batch wins").alias("detail"),
+        F.lit(DUPLICATE_DETAIL).alias("detail"),
         F.col("event_id").alias("message_id"),
         "received_date",
         "source_file",
         F.lit(DEDUP).alias("origin"),
         "event_date",
         F.lit(None).cast("binary").alias("raw_bytes"),  # winners' lines are valid UTF-8
+    )
+
+
+def duplicate_rejection_rows(losers: pa.Table) -> pa.Table:
+    """`duplicate_rejections` of Arrow rows (the shape of `events` plus the raw line)."""
+    count = losers.num_rows
+    return pa.table(
+        {
+            "raw_line": losers["raw_line"],
+            "reason": pa.array([DUPLICATE] * count, pa.string()),
+            "detail": pa.array([DUPLICATE_DETAIL] * count, pa.string()),
+            "message_id": losers["event_id"],
+            "received_date": losers["received_date"],
+            "source_file": losers["source_file"],
+            "origin": pa.array([DEDUP] * count, pa.string()),
+            "event_date": losers["event_date"],
+            "raw_bytes": pa.nulls(count, pa.binary()),  # winners' lines are valid UTF-8
+        }
     )
 
 

@@ -7,10 +7,14 @@ import json
 
 import pytest
 
+from sessionize_assets.lake.embedded import EmbeddedDeltaStore
 from sessionize_assets.lake.tables import EVENT_IDS, EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
 from sessionize_assets.pipeline.events import update_events
+from sessionize_assets.pipeline.ingest import ingest_landed
+from sessionize_assets.pipeline.landing import fingerprint
 from sessionize_assets.pipeline.manifests import record_unrecorded
-from sessionize_tests.driver import process_batch
+from sessionize_assets.resources.landing import LandingZoneResource
+from sessionize_tests.driver import after_events, process_batch
 from sessionize_tests.harness import Killed, KilledBeforeCommitTo, Pipeline, day
 
 # Minutes of batches in all: started first (conftest.py).
@@ -62,6 +66,56 @@ def test_a_copy_on_another_date_loses_when_the_winner_came_first(pipeline):
     assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
     assert (run.events.duplicates, run.events.displaced, run.events.also_changed) == (1, 0, [])
     pipeline.assert_equals_full_recompute()
+
+
+def test_a_daily_batch_is_settled_on_the_driver_without_spark(pipeline):
+    """The winner arriving last, as a daily batch: ingested, its copies settled (a copy on
+    another date displaced and rejected) and both tables written, with Arrow alone
+    (`events_on_driver`), then its sessions, summaries and snapshot. No step asks for a Spark
+    session."""
+    _land_copies(pipeline)
+    pipeline.process(day(2))
+    arrow_only = EmbeddedDeltaStore(spark=_no_spark, lake=pipeline.settings.lake_dir)
+    landing = LandingZoneResource(landing_dir=str(pipeline.settings.landing_dir))
+    ingested = ingest_landed(
+        arrow_only,
+        landing,
+        _no_spark,
+        fingerprints={day(0): fingerprint(day(0), landing.batch_files(day(0)))},
+        settings=pipeline.settings,
+        run_id="ingest",
+    )
+
+    events = update_events(
+        arrow_only,
+        _no_spark,
+        event_dates=ingested.batches[day(0)].touched_event_dates,
+        run_id="events",
+    )
+
+    assert (events.updated, events.also_changed) == ([day(0)], [day(1)])
+    assert (events.contested_ids, events.displaced, events.duplicates) == (1, 1, 1)
+    assert events.new_events == 2
+    assert _events(pipeline) == {
+        "x": (day(0), day(0)),
+        "y": (day(0), day(0)),
+        "z": (day(1), day(2)),
+    }
+    assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
+    assert record_unrecorded(pipeline.store, run_id="next") == []
+    after_events(
+        arrow_only,
+        _no_spark,
+        settings=pipeline.settings,
+        received=day(0),
+        events=events,
+        run_id="sessions",
+    )
+    pipeline.assert_equals_full_recompute()
+
+
+def _no_spark():
+    raise AssertionError("a daily batch's runs hold no Spark session")
 
 
 def test_the_winner_arriving_last_displaces_the_copy_on_another_date(pipeline):
@@ -145,7 +199,9 @@ def test_a_rebuild_keeps_the_winner_of_another_date(pipeline, spark):
     pipeline.process(day(0))
     pipeline.process(day(2))
     # Rebuilding day 1 alone: its copy of x still loses to day 0's, which stays.
-    update_events(pipeline.store, spark, event_dates=[day(1)], run_id="rebuild", full_refresh=True)
+    update_events(
+        pipeline.store, lambda: spark, event_dates=[day(1)], run_id="rebuild", full_refresh=True
+    )
     assert _events(pipeline)["x"] == (day(0), day(0))
     assert _duplicates(pipeline) == [("x", day(1), day(2), "events")]
     pipeline.assert_equals_full_recompute()
@@ -165,7 +221,9 @@ def test_a_rebuild_of_every_date_settles_the_copies_from_raw_alone_and_writes_wh
         EVENT_IDS, spark.createDataFrame(kept, EVENT_IDS.schema), partitions=[day(0)]
     )
     version = store.version(EVENTS)
-    run = update_events(store, spark, event_dates=dates, run_id="rebuild", full_refresh=True)
+    run = update_events(
+        store, lambda: spark, event_dates=dates, run_id="rebuild", full_refresh=True
+    )
     assert _events(pipeline) == {
         "x": (day(0), day(0)),
         "y": (day(0), day(0)),
@@ -183,7 +241,9 @@ def test_a_rebuild_of_every_date_settles_the_copies_from_raw_alone_and_writes_wh
         EVENTS, spark.createDataFrame(altered, EVENTS.schema), partitions=[day(0)]
     )
     day1_files = store.live_files(EVENTS, partitions=[day(1)])
-    run = update_events(store, spark, event_dates=dates, run_id="restore", full_refresh=True)
+    run = update_events(
+        store, lambda: spark, event_dates=dates, run_id="restore", full_refresh=True
+    )
     assert run.replaced == [day(0)]
     assert run.files_removed == 1 and run.rows_written == 2  # day 0's x and y
     assert sorted(store.read(EVENTS, partitions=[day(0)]).collect()) == sorted(held)
@@ -233,7 +293,7 @@ def test_a_run_killed_before_its_events_or_manifest_commit_is_completed_once(
     version = pipeline.store.version(EVENTS)
 
     # The retry the late-data sensor asks for: the batch's event dates.
-    retry = update_events(pipeline.store, spark, event_dates=[day(0)], run_id="retry")
+    retry = update_events(pipeline.store, lambda: spark, event_dates=[day(0)], run_id="retry")
 
     if killed_before == "events_manifest":
         # Recorded from the log: the retry finds nothing new and commits nothing.

@@ -31,14 +31,12 @@ def test_a_date_left_behind_does_not_make_a_run_read_what_the_others_absorbed(pi
     # Every session date the late event decides absorbed it; one date far from it lags.
     lagging = day(0)
     absorbed = {d: now for d in far_dates} | {lagging: before}
-    found = touched_pairs(pipeline.store, pipeline.spark, absorbed, now, settings)
+    found = touched_pairs(pipeline.store, absorbed, now, settings)
     assert found.listed == {}
     assert found.changed is None or not (found.changed.added or found.changed.removed)
 
     # The same late file, with one of the dates it decides left behind: read, and its pair found.
     behind = far_dates[-1]
-    found = touched_pairs(
-        pipeline.store, pipeline.spark, absorbed | {behind: before}, now, settings
-    )
+    found = touched_pairs(pipeline.store, absorbed | {behind: before}, now, settings)
     assert found.listed == {behind: ["user-far"]}
     assert found.changed is not None and set(found.changed.added) == {"user-far"}

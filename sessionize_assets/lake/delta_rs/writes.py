@@ -65,6 +65,8 @@ from sessionize_assets.sql_text import select_columns, sql_identifier
 log = logging.getLogger(__name__)
 
 _COMMIT_ATTEMPTS = 5
+# The column of row numbers `rewrite_arrow` matches dropped rows by (no table has it).
+_ROW_NUMBER = "__row_number"
 MAX_ROWS_PER_FILE = 2_000_000
 
 _Touched = tuple[str, str, int]  # a data file a rewrite replaces: path, partition value, size
@@ -285,7 +287,16 @@ class DeltaRsTables(DeltaRsReads, ABC):
         hits = rows.select([*names, FILE_COLUMN]).join(keys, keys=names, join_type="left semi")
         hit_files = pc.unique(hits.column(FILE_COLUMN))
         in_hit_files = rows.filter(pc.is_in(rows.column(FILE_COLUMN), value_set=hit_files))
-        kept = in_hit_files.join(keys, keys=names, join_type="left anti")
+        # Arrow's joins carry no struct column (`events` has two): the keys are joined with
+        # the rows' numbers, and the rows filtered by them, in their order.
+        numbers = pa.array(range(in_hit_files.num_rows), pa.int64())
+        dropped = (
+            in_hit_files.select(names)
+            .append_column(_ROW_NUMBER, numbers)
+            .join(keys, keys=names, join_type="left semi")
+            .column(_ROW_NUMBER)
+        )
+        kept = in_hit_files.filter(pc.invert(pc.is_in(numbers, value_set=dropped)))
         touched = [(path, *live[path]) for path in sorted(hit_files.to_pylist())]
         return touched, kept.select(schema.names).cast(schema)
 
