@@ -39,6 +39,11 @@ from sessionize_assets.transforms.events import (
 )
 from sessionize_assets.transforms.validation import DEDUP
 
+# About what a copy takes in Arrow, in the shape of `events` (the mid size's daily batch: 11.0
+# MiB for 15,354 copies): a run whose copies would take more than `driver_write_bytes` at this
+# is settled by Spark without reading them on the driver first (a full-size day's 110,000
+# would take about 80 MiB, and 2-3 s to read and let go).
+COPY_BYTES = 700
 # `raw_events`' columns in the shape of `events`, and with the line.
 _EVENT_COLUMNS = EVENTS.schema.fieldNames()
 _LINE_COLUMNS = [*_EVENT_COLUMNS, "raw_line"]
@@ -48,7 +53,7 @@ def settle_on_driver(store: DeltaStore, inputs: Inputs, *, rows: int) -> EventsC
     """The change of a run that absorbs `inputs` (`rows` copies, the index's count) and
     recomputes no date, made on the driver; None when it does not fit there (the caller
     settles the run with Spark)."""
-    if rows > HELD_ON_DRIVER or not store.collects_on_driver(0):
+    if rows > HELD_ON_DRIVER or not store.collects_on_driver(rows * COPY_BYTES):
         return None
     own = raw_on_driver(store, inputs, columns=_EVENT_COLUMNS)
     if not store.collects_on_driver(own.nbytes):
