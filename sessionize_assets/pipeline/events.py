@@ -302,10 +302,13 @@ def _commit_rejections(
     if change.on_driver is not None:
         if not change.rejections_drop and change.rejections_add is None:
             return None
-        assert not isinstance(change.rejections_add, DataFrame)
+        added = change.rejections_add
+        assert not isinstance(added, DataFrame)
         return store.rewrite_arrow(
             REJECTED_EVENTS,
-            add=change.rejections_add or to_arrow_schema(REJECTED_EVENTS.schema).empty_table(),
+            add=added
+            if added is not None
+            else to_arrow_schema(REJECTED_EVENTS.schema).empty_table(),
             drop=_keys_table(change.rejections_drop, id_column="message_id").append_column(
                 "origin", pa.array([DEDUP] * len(change.rejections_drop), pa.string())
             ),
