@@ -126,14 +126,10 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# The set-up two things at a time: Maven's jars beside pip's install, then the class archive's
-# replay beside the lint (a clean clone's set-up: 150 s one after the other). Then pytest on two
-# workers, a whole module at a time (modules share fixtures and some tests build on the
+# Two workers, a whole module at a time (modules share fixtures and some tests build on the
 # previous one), the slow modules first (sessionize_tests/conftest.py).
 PYTEST_WORKERS ?= 2
-test: java postgres
-	$(MAKE) --jobs=2 --output-sync=target jars $(STAMP)
-	$(MAKE) --jobs=2 --output-sync=target $(JVM_ARCHIVE) lint
+test: java postgres jars $(JVM_ARCHIVE) $(STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 $(DAGSTER_HOME_DIR)/dagster.yaml: dagster.yaml
