@@ -299,7 +299,7 @@ class DeltaStore(Protocol):
         self,
         spec: TableSpec,
         *,
-        add: pa.Table,
+        add: pa.Table | None = None,
         drop: pa.Table | None = None,
         files: Collection[str] = (),
         commit_metadata: Mapping[str, str] | None = None,
@@ -308,8 +308,8 @@ class DeltaStore(Protocol):
     ) -> CommitInfo:
         """`rewrite` for a few rows built on the driver: the rows equal to a row of `drop` (on
         all of its columns) are removed from `files` (relative paths, the only files searched),
-        which are rewritten with their other rows if they held one, and `add`'s rows are
-        appended, in one commit. `app_transaction` and `read_version` as for `rewrite`; a
+        which are rewritten with their other rows if they held one, and `add`'s rows (None:
+        none) are appended, in one commit. `app_transaction` and `read_version` as for `rewrite`; a
         file that is no longer live raises `WriteConflictError`.
         """
         ...

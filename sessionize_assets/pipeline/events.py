@@ -39,7 +39,6 @@ from datetime import date
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import CommitInfo, DeltaStore, empty_frame
 from sessionize_assets.lake.tables import EVENTS, EVENTS_MANIFEST, REJECTED_EVENTS
@@ -302,13 +301,10 @@ def _commit_rejections(
     if change.on_driver is not None:
         if not change.rejections_drop and change.rejections_add is None:
             return None
-        added = change.rejections_add
-        assert not isinstance(added, DataFrame)
+        assert not isinstance(change.rejections_add, DataFrame)
         return store.rewrite_arrow(
             REJECTED_EVENTS,
-            add=added
-            if added is not None
-            else to_arrow_schema(REJECTED_EVENTS.schema).empty_table(),
+            add=change.rejections_add,
             drop=_keys_table(change.rejections_drop, id_column="message_id").append_column(
                 "origin", pa.array([DEDUP] * len(change.rejections_drop), pa.string())
             ),

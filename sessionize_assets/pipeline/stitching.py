@@ -27,7 +27,6 @@ from datetime import date
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.parquet_files import FILE_COLUMN
 from sessionize_assets.lake.store import AppTransaction, DeltaStore
@@ -148,7 +147,7 @@ def commit_relabel(
     rows = relabel.rows
     commit = store.rewrite_arrow(
         SESSIONS,
-        add=rows if rows is not None else to_arrow_schema(SESSIONS.schema).empty_table(),
+        add=rows,
         drop=None if rows is None else rows.select(["session_date", "session_id"]),
         files=relabel.files,
         commit_metadata={**tags, **RELABEL_COMMIT},

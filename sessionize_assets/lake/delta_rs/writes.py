@@ -184,7 +184,7 @@ class DeltaRsTables(DeltaRsReads, ABC):
         self,
         spec: TableSpec,
         *,
-        add: pa.Table,
+        add: pa.Table | None = None,
         drop: pa.Table | None = None,
         files: Collection[str] = (),
         commit_metadata: Mapping[str, str] | None = None,
@@ -197,7 +197,8 @@ class DeltaRsTables(DeltaRsReads, ABC):
 
         def stage(table: DeltaTable, staging: Path) -> Staged:
             touched, kept = self._touched_arrow(spec, table, drop, files)
-            rows = pa.concat_tables([kept, add.select(schema.names).cast(schema)])
+            added = [] if add is None else [add.select(schema.names).cast(schema)]
+            rows = pa.concat_tables([kept, *added])
             return touched, stage_arrow(spec, rows, staging) if rows.num_rows else []
 
         return self._copy_on_write(spec, stage, commit_metadata, app_transaction, read_version)
