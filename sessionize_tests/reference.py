@@ -265,7 +265,7 @@ def stitched(user_key: str, identities: dict[str, RefIdentity]) -> str:
 # ----------------------------------------------------------------------- reference SPEC §3b
 
 
-# The attribute columns of `sessions`, in the table's order.
+# The attribute columns of `sessions`, in the table's order, then where they were picked from.
 SESSION_ATTRIBUTES = (
     "page_views",
     "conversions",
@@ -283,6 +283,10 @@ SESSION_ATTRIBUTES = (
     "is_engaged",
     "device_type",
     "os_name",
+    "first_event_id",
+    "landing_at",
+    "exit_at",
+    "campaign_at",
 )
 
 
@@ -295,15 +299,17 @@ def reference_attributes(included: list[Accepted], conversion_events: tuple[str,
         1 for m in messages if m.get("type") == "track" and m.get("event") in conversion_events
     )
     first = pages[0] if pages else {}
+    page_times = [e.ts.replace(tzinfo=None) for e in included if e.message.get("type") == "page"]
     landing_url = _page_value(first, "url")
     referrer = _page_value(first, "referrer")
-    campaigns = [
-        m["context"]["campaign"]
-        for m in messages
-        if isinstance(m.get("context"), dict)
-        and isinstance(m["context"].get("campaign"), dict)
-        and m["context"]["campaign"]
+    with_campaign = [
+        e
+        for e in included
+        if isinstance(e.message.get("context"), dict)
+        and isinstance(e.message["context"].get("campaign"), dict)
+        and e.message["context"]["campaign"]
     ]
+    campaigns = [e.message["context"]["campaign"] for e in with_campaign]
     if campaigns:
         keys = {"utm_source": "source", "utm_medium": "medium", "utm_campaign": "name"}
         keys |= {"utm_term": "term", "utm_content": "content"}
@@ -330,6 +336,10 @@ def reference_attributes(included: list[Accepted], conversion_events: tuple[str,
         "is_engaged": duration >= 10 or views >= 2 or conversions >= 1,
         "device_type": device_type,
         "os_name": _is_set(os.get("name")) if isinstance(os, dict) else None,
+        "first_event_id": included[0].message_id,
+        "landing_at": page_times[0] if page_times else None,
+        "exit_at": page_times[-1] if page_times else None,
+        "campaign_at": with_campaign[0].ts.replace(tzinfo=None) if with_campaign else None,
     }
 
 

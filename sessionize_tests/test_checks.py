@@ -39,9 +39,9 @@ from sessionize_assets.transforms.lifecycle_states import STATES
 D = date(2026, 1, 5)
 
 
-# A session row's SPEC §3b attributes and §3c stitched user, which no check reads: no pages,
-# no campaign, no stitched user.
-NO_ATTRIBUTES = (0, 0, *(None,) * 10, "Direct", False, None, None, None)
+# A session row's SPEC §3b attributes, §3c stitched user and where its attributes were
+# picked from, which no check reads: no pages, no campaign, no stitched user, no picks.
+NO_ATTRIBUTES = (0, 0, *(None,) * 10, "Direct", False, None, None, None, *(None,) * 4)
 assert len(NO_ATTRIBUTES) == len(SESSIONS.schema) - 9
 
 

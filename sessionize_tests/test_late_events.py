@@ -37,10 +37,11 @@ def _every(user: str, first: str, last: str, minutes: int) -> list[tuple]:
 def test_only_late_events_away_from_every_old_chain_skip_the_history(
     spark, tmp_path, additions_at_any_size
 ):
-    """A user's late events more than the gap from each of their old chains have their pairs
-    updated from the old rows and the added events; any other pair is recomputed from
-    `events`: an event near a session, one near a quarantined chain's end (which the
-    session's own end, its last included event, does not show), and a new day's."""
+    """A user's late events more than the gap from each of their old chains, or all within
+    the gap of one old session (merged into it from its row), have their pairs updated from
+    the old rows and the added events; any other pair is recomputed from `events`: an event
+    near a quarantined chain's end (which the session's own end, its last included event,
+    does not show), and a new day's."""
     pipeline = Pipeline(spark, make_settings(tmp_path, max_session_length=timedelta(hours=2)))
     pipeline.land(
         day(0),
@@ -76,10 +77,11 @@ def test_only_late_events_away_from_every_old_chain_skip_the_history(
         ],
     )
     run = pipeline.process(day(5))
-    # iso's, oldbot's, newbot's and mid's pairs of 01-09 .. 01-11 (and mid's 01-12) from their
-    # old rows and added events; near's, bot's and iso's new day from their events.
-    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (4, 3)
-    assert run.sessions.pairs_from_additions == 13
+    # iso's, oldbot's, newbot's, mid's and near's pairs of 01-09 .. 01-11 (and mid's 01-12)
+    # from their old rows and added events (near's session merged with its event); bot's and
+    # iso's new day from their events.
+    assert (run.sessions.users_from_additions, run.sessions.users_recomputed) == (5, 2)
+    assert run.sessions.pairs_from_additions == 16
     assert run.sessions.inserted == 5  # iso's two, oldbot's, newbot's and mid's new sessions
     assert _quarantine_rows(pipeline, "oldbot") == quarantined
     pipeline.assert_equals_full_recompute()
@@ -348,9 +350,11 @@ def test_the_five_cases_at_once_on_the_delta_spark_backend(
     assert sessions("merge") == [
         ("merge", "2026-01-10 10:00:00", "2026-01-10 10:50:00", 3, 1, False)
     ]
-    # "between" gained a session of its own, more than the gap from its others: updated
-    # from its old rows and its added event; the four others recomputed from their events.
-    assert (run.sessions.users_recomputed, run.sessions.users_from_additions) == (4, 1)
+    # Updated from their old rows and added events: "between" gained a session of its own,
+    # more than the gap from its others; "page"'s and "pull"'s events each joined one old
+    # session (merged from its row: a new landing page, a start on the day before). "merge"
+    # and "midnight", whose events join two sessions, recomputed from their events.
+    assert (run.sessions.users_recomputed, run.sessions.users_from_additions) == (2, 3)
     assert pipeline.changes("run-3", user="merge") == [
         ("added", "2026-01-10 10:00:00", 3),
         ("removed", "2026-01-10 10:00:00", 1),

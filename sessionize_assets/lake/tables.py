@@ -254,8 +254,19 @@ SESSIONS = TableSpec(
         ("os_name", StringType(), True, "the first event's operating system"),
         # SPEC §3c: user_identities' user_id for this user key, else the user key itself.
         ("stitched_user_id", StringType(), True, "the signed-in user this user key maps to"),
+        # Where the session's picks came from (SESSION_PICKS): what a late event is merged
+        # with, without reading the session's events (pipeline/sessions_additions.py). Null in
+        # a row written before them.
+        ("first_event_id", StringType(), True, "the first event's id (its time: session_start)"),
+        ("landing_at", TimestampType(), True, "the first page event's time (the landing page)"),
+        ("exit_at", TimestampType(), True, "the last page event's time (the exit page)"),
+        ("campaign_at", TimestampType(), True, "the first event with a campaign: its time"),
     ),
 )
+# The columns of `sessions` that say where its attributes were picked from: not a session's
+# content (the corrections log compares and logs the others), but what lets the sessions of a
+# late event be updated from their old rows.
+SESSION_PICKS = ("first_event_id", "landing_at", "exit_at", "campaign_at")
 
 # Rows per user_identities file: the unit a changed mapping's copy-on-write rewrites.
 IDENTITIES_FILE_ROWS = 5_000

@@ -28,15 +28,20 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
 from sessionize_assets.lake.store import AppTransaction, CommitInfo, DeltaStore, LakeError
-from sessionize_assets.lake.tables import SESSION_CHANGES, SESSIONS
+from sessionize_assets.lake.tables import SESSION_CHANGES, SESSION_PICKS, SESSIONS
 from sessionize_assets.pipeline.versions import signed_rows
 from sessionize_assets.sql_text import sql_identifier, sql_string, sql_struct
 from sessionize_assets.transforms.row_sets import rows_less
 
 SESSIONS_LOGGED = "sessionize.session_changes.sessions_version"
 _CONTENT = ("session_id", "user_id", "session_date", "session_start", "session_end", "event_count")
-# What a session is, for the log: every column but the label stitching gives it.
-_LOGGED_COLUMNS = tuple(name for name in SESSIONS.schema.fieldNames() if name != "stitched_user_id")
+# What a session is, for the log: every column but the label stitching gives it and where its
+# attributes were picked from.
+_LOGGED_COLUMNS = tuple(
+    name
+    for name in SESSIONS.schema.fieldNames()
+    if name != "stitched_user_id" and name not in SESSION_PICKS
+)
 # The rows of `diff_session_rows`: the logged columns, and the change.
 DIFF_ROWS_SCHEMA = to_arrow_schema(
     StructType(

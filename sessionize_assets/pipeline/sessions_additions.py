@@ -29,9 +29,21 @@ two. The pairs a cluster touches are updated this way (the cluster is *isolated*
    `session_start` to `session_end`, or of a quarantined chain (any date, the quarantine
    table's `chain_end`). An added row that another date absorbed already lies in its own chain
    there, and is recomputed from `events`.
+
+A cluster that meets 1 and 2 but whose added rows all lie within G of exactly one old chain,
+an unquarantined session, is *merged*: its pairs' new sessions are their old rows with that
+session replaced by the session of its events and the added ones, built from its row
+(`transforms/sessions_rows.merged_session_row`). Its counts add up; its first event, landing
+and exit pages and campaign are picked among its old picks (the row's SESSION_PICKS and the
+values beside them) and the added events. An added row within G of the session joins its
+chain, and each added row outside it chains towards it; no other chain is within G, so none
+joins. `events` derives a page's host and campaign from its URL (`transforms/attributes.py`),
+so the landing page's are read from its URL. A chain past the cap L, a tie in time with one
+of the picks, or a row without picks is recomputed from `events`.
+
 Every other touched pair is recomputed from `events` as before: with a user's late events
-far back and their on-time ones on the new day, the late ones' pairs are isolated, the new
-day's are not (its dates are computed whole).
+far back and their on-time ones on the new day, the late ones' pairs are isolated or merged,
+the new day's are not (its dates are computed whole).
 """
 
 from __future__ import annotations
@@ -39,6 +51,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import date
+from functools import reduce
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,21 +61,29 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sessionize_assets.lake.store import DeltaStore
-from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE
+from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE, SESSIONS
 from sessionize_assets.partitions import (
     event_window,
     session_dates_for,
     session_lookahead_days,
     session_lookback_days,
 )
-from sessionize_assets.pipeline.keyed_reads import PUSHED_KEYS_TOTAL, isin_texts, pair_filter
+from sessionize_assets.pipeline.keyed_reads import (
+    PUSHED_KEYS_TOTAL,
+    isin_texts,
+    pair_filter,
+    pair_keys,
+    pair_texts,
+)
 from sessionize_assets.pipeline.touched import ChangedEvents, micros_of
 from sessionize_assets.settings import Settings
+from sessionize_assets.sql_text import sql_identifier
 from sessionize_assets.transforms.sessions import (
     QUARANTINE_DETAIL,
     SESSION_EVENT_COLUMNS,
     sessions_with_quarantine,
 )
+from sessionize_assets.transforms.sessions_rows import SESSIONS_ROWS_SCHEMA, merged_session_row
 
 # The fast path costs a Spark job of its own (telling the isolated clusters from the near
 # ones, 0.1-0.5 s) and saves reading the events of the dates only candidate clusters need:
@@ -98,13 +120,17 @@ class Candidates:
 @dataclass(frozen=True, kw_only=True)
 class Additions:
     """The pairs a run updates from their old rows and added events: the touched pairs of the
-    isolated clusters, the (event date, user) of their added rows and the files holding them,
-    and the quarantine rows of their users (any date)."""
+    isolated and merged clusters, the (event date, user) of the isolated clusters' added rows
+    and the files holding them, the quarantine rows of their users (any date), and the
+    sessions the merged clusters' events joined (`merged`, in SESSIONS_ROWS_SCHEMA) with the
+    ids of the old sessions they replace."""
 
     pairs: set[tuple[date, str]]
     rows: set[tuple[date, str]]
     paths: list[str]
     quarantine: pa.Table
+    merged: pa.Table
+    replaced: set[str]
 
     @property
     def users(self) -> set[str]:
@@ -195,8 +221,10 @@ def isolated_pairs(
     settings: Settings,
 ) -> Additions | None:
     """Of the `candidates`' clusters, those whose added rows lie more than G from every old
-    chain (condition 3): the quarantined chains checked on the driver, the old rows of the
-    touched pairs (`old`) in one Spark job. None when no cluster is isolated."""
+    chain (condition 3), and those whose added rows all join the one old session they lie
+    within G of (`merged_session_row`: from its row, with its picks): the quarantined chains
+    checked on the driver, the old rows of the touched pairs (`old`) in one Spark job, the
+    merged clusters' added rows read on the driver. None when no cluster is either."""
     gap = int(settings.session_gap.total_seconds() * 1_000_000)
     quarantined = _quarantine_of(store, {user for user, _ in found.times})
     chains: dict[str, list[tuple[int, int]]] = {}
@@ -219,22 +247,24 @@ def isolated_pairs(
         "_cluster int, user_id string, _t long",
     )
     users = sorted({found.times[index][0] for index in kept})
-    near = (
+    near: dict[int, list[dict[str, Any]]] = {}
+    for row in (
         old.where(isin_texts(F.col("user_id"), users))
-        .select("user_id", "session_start", "session_end")
         .join(added, on="user_id")
         .where(
             (F.col("_t") >= F.unix_micros("session_start") - gap)
             & (F.col("_t") <= F.unix_micros("session_end") + gap)
         )
-        .select("_cluster")
+        .selectExpr("_cluster", *_MERGED_FROM)
         .distinct()
         .collect()
-    )
-    isolated = sorted(set(kept) - {row["_cluster"] for row in near})
-    if not isolated:
+    ):
+        near.setdefault(row["_cluster"], []).append(row.asDict())
+    isolated = sorted(set(kept) - set(near))
+    merged = _merged(store, found=found, near=near, settings=settings)
+    if not isolated and not merged:
         return None
-    pairs = set().union(*(found.pairs[index] for index in isolated))
+    pairs = set().union(*(found.pairs[index] for index in (*isolated, *merged)))
     rows = set().union(*(found.rows[index] for index in isolated))
     return Additions(
         pairs=pairs,
@@ -243,7 +273,61 @@ def isolated_pairs(
         quarantine=quarantined.filter(
             pc.is_in(quarantined.column("user_id"), pa.array(sorted({u for _, u in pairs})))
         ),
+        merged=pa.Table.from_pylist(
+            [row for row, _ in merged.values()], schema=SESSIONS_ROWS_SCHEMA
+        ),
+        replaced={session_id for _, session_id in merged.values()},
     )
+
+
+# The old row's columns a merge reads (`merged_session_row`), its times as microseconds, as
+# SQL text over the table's column names.
+_MERGED_TIMES = ("session_start", "session_end", "landing_at", "exit_at", "campaign_at")
+_MERGED_FROM = [
+    f"unix_micros({sql_identifier(name)}) AS {sql_identifier(name)}"
+    if name in _MERGED_TIMES
+    else sql_identifier(name)
+    for name in SESSIONS.schema.fieldNames()
+    if name not in ("session_date", "duration_seconds", "channel", "is_engaged", "stitched_user_id")
+]
+
+
+def _merged(
+    store: DeltaStore,
+    *,
+    found: Candidates,
+    near: Mapping[int, list[dict[str, Any]]],
+    settings: Settings,
+) -> dict[int, tuple[dict[str, Any], str]]:
+    """The clusters within G of exactly one old session whose added rows all join it, each with
+    the session they make (`merged_session_row`) and the old session's id. Their added rows
+    are those `sessions_of_additions` would read: their (event date, user) in the files."""
+    single = {
+        index: rows[0] for index, rows in near.items() if len({r["session_id"] for r in rows}) == 1
+    }
+    if not single:
+        return {}
+    wanted = {key: index for index in single for key in found.rows[index]}
+    events = store.read_files_arrow(EVENTS, found.paths, columns=list(SESSION_EVENT_COLUMNS))
+    keys = pair_keys(events, partition="event_date", key="user_id")
+    events = events.filter(pc.is_in(keys, value_set=pa.array(pair_texts(wanted), pa.string())))
+    times = micros_of(events.column("event_ts"))
+    by_cluster: dict[int, list[dict[str, Any]]] = {}
+    for row, ts in zip(events.drop_columns(["event_ts"]).to_pylist(), times, strict=True):
+        row["_ts"] = ts
+        by_cluster.setdefault(wanted[(row["event_date"], row["user_id"])], []).append(row)
+    merged = {}
+    for index, old in single.items():
+        row = merged_session_row(
+            old,
+            by_cluster.get(index, []),
+            gap=settings.session_gap,
+            max_length=settings.max_session_length,
+            conversion_events=settings.conversion_events,
+        )
+        if row is not None:
+            merged[index] = (row, old["session_id"])
+    return merged
 
 
 def sessions_of_additions(
@@ -254,29 +338,42 @@ def sessions_of_additions(
     old: DataFrame,
     settings: Settings,
 ) -> DataFrame:
-    """The isolated pairs' sessions, in the shape of `sessions_with_quarantine`
-    (QUARANTINE_DETAIL included): their old rows, with the quarantine's detail of a flagged
-    one, and the sessions of the isolated clusters' added rows alone (read from their files),
-    numbered again by start."""
+    """The isolated and merged pairs' sessions, in the shape of `sessions_with_quarantine`
+    (QUARANTINE_DETAIL included): their old rows but those the merged sessions replace, with
+    the quarantine's detail of a flagged one, the merged sessions, and the sessions of the
+    isolated clusters' added rows alone (read from their files), numbered again by start."""
     pairs = pair_filter(additions.pairs, partition="session_date", key="user_id")
-    added = (
-        store.read_files(EVENTS, additions.paths)
-        .select(*SESSION_EVENT_COLUMNS)
-        .where(pair_filter(additions.rows, partition="event_date", key="user_id"))
-    )
-    new = sessions_with_quarantine(
-        added,
-        gap=settings.session_gap,
-        max_length=settings.max_session_length,
-        conversion_events=settings.conversion_events,
-    ).where(pairs)
+    built = []
+    if additions.merged.num_rows:
+        built.append(spark.createDataFrame(additions.merged))
+    if additions.rows:
+        added = (
+            store.read_files(EVENTS, additions.paths)
+            .select(*SESSION_EVENT_COLUMNS)
+            .where(pair_filter(additions.rows, partition="event_date", key="user_id"))
+        )
+        built.append(
+            sessions_with_quarantine(
+                added,
+                gap=settings.session_gap,
+                max_length=settings.max_session_length,
+                conversion_events=settings.conversion_events,
+            )
+        )
     detail_columns = ["capped_at", "chain_end", "excluded_events"]
     detail = spark.createDataFrame(
         additions.quarantine.select(["session_id", *detail_columns]).to_pylist(),
         "session_id string, capped_at timestamp, chain_end timestamp, excluded_events long",
     )
+    # The old rows but those the merged sessions replace (a merged session keeps its old id
+    # when its start did not move).
+    unmerged = (
+        pairs & ~isin_texts(F.col("session_id"), sorted(additions.replaced))
+        if additions.replaced
+        else pairs
+    )
     kept = (
-        old.where(pairs)
+        old.where(unmerged)
         .drop("stitched_user_id", "_file")
         .join(detail, on="session_id", how="left")
         .withColumn(
@@ -286,9 +383,9 @@ def sessions_of_additions(
         .drop(*detail_columns)
     )
     number = "PARTITION BY user_id, session_date ORDER BY session_start"
-    return new.unionByName(kept).withColumn(
-        "session_number", F.expr(f"CAST(row_number() OVER ({number}) AS INT)")
-    )
+    return reduce(
+        DataFrame.unionByName, [*(frame.where(pairs) for frame in built), kept]
+    ).withColumn("session_number", F.expr(f"CAST(row_number() OVER ({number}) AS INT)"))
 
 
 def _quarantine_of(store: DeltaStore, users: Collection[str]) -> pa.Table:

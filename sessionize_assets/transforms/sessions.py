@@ -8,6 +8,7 @@ from datetime import date, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sessionize_assets.lake.tables import SESSIONS
 from sessionize_assets.sql_text import sql_string, sql_struct
 from sessionize_assets.transforms.attributes import (
     DEVICE_FIELDS,
@@ -175,7 +176,12 @@ def split_quarantine(sessions: DataFrame) -> tuple[DataFrame, DataFrame]:
         f"{QUARANTINE_DETAIL}.*",
         F.lit(QUARANTINE_REASON).alias("reason"),
     )
-    return sessions.drop(QUARANTINE_DETAIL), quarantine
+    rows = sessions.drop(QUARANTINE_DETAIL)
+    # In the table's order (stitching appends its label after SESSION_PICKS).
+    present = set(rows.columns)
+    ordered = [name for name in SESSIONS.schema.fieldNames() if name in present]
+    others = [name for name in rows.columns if name not in ordered]
+    return rows.select(*ordered, *others), quarantine
 
 
 def _attribute_aggregates(conversion_events: Collection[str]) -> list[str]:
@@ -191,18 +197,21 @@ def _attribute_aggregates(conversion_events: Collection[str]) -> list[str]:
     return [
         f"count(CASE WHEN included AND {page_view} THEN 1 END) AS page_views",
         f"count(CASE WHEN included AND {conversion} THEN 1 END) AS conversions",
-        f"min_by({sql_struct((*PAGE_FIELDS, 'url_campaign'))}, CASE WHEN {page} THEN _seq END)"
-        " AS _landing",
-        f"max_by(page_url, CASE WHEN {page} THEN _seq END) AS exit_page_url",
-        "min_by(campaign, CASE WHEN included AND campaign IS NOT NULL THEN _seq END) AS _campaign",
-        f"min_by({sql_struct(DEVICE_FIELDS)}, CASE WHEN included THEN _seq END) AS _first",
+        f"min_by({sql_struct((*PAGE_FIELDS, 'url_campaign', 'event_ts'))},"
+        f" CASE WHEN {page} THEN _seq END) AS _landing",
+        f"max_by({sql_struct(('page_url', 'event_ts'))}, CASE WHEN {page} THEN _seq END) AS _exit",
+        f"min_by({sql_struct(('campaign', 'event_ts'))},"
+        " CASE WHEN included AND campaign IS NOT NULL THEN _seq END) AS _campaign",
+        f"min_by({sql_struct((*DEVICE_FIELDS, 'event_id'))}, CASE WHEN included THEN _seq END)"
+        " AS _first",
     ]
 
 
 def _attribute_columns() -> list[str]:
-    """The attribute columns of `sessions` from `_attribute_aggregates`, as SQL text: the
-    campaign is the first event's with one, else the landing page URL's parameters."""
-    utm = "coalesce(_campaign, _landing.url_campaign)"
+    """The attribute columns of `sessions` from `_attribute_aggregates`, and where they were
+    picked from (SESSION_PICKS), as SQL text: the campaign is the first event's with one, else
+    the landing page URL's parameters."""
+    utm = "coalesce(_campaign.campaign, _landing.url_campaign)"
     duration_us = "unix_micros(session_end) - unix_micros(session_start)"
     channel = channel_sql(
         utm_source=f"{utm}.utm_source",
@@ -219,7 +228,7 @@ def _attribute_columns() -> list[str]:
         "CAST(conversions AS BIGINT) AS conversions",
         "_landing.page_url AS landing_page_url",
         "_landing.page_path AS landing_page_path",
-        "exit_page_url",
+        "_exit.page_url AS exit_page_url",
         "_landing.page_referrer AS referrer",
         "_landing.referrer_host AS referrer_host",
         *(f"{utm}.{name} AS {name}" for name in UTM_FIELDS),
@@ -227,4 +236,9 @@ def _attribute_columns() -> list[str]:
         f"({engaged}) AS is_engaged",
         "_first.device_type AS device_type",
         "_first.os_name AS os_name",
+        # SESSION_PICKS: where the picks above came from.
+        "_first.event_id AS first_event_id",
+        "_landing.event_ts AS landing_at",
+        "_exit.event_ts AS exit_at",
+        "_campaign.event_ts AS campaign_at",
     ]

@@ -18,7 +18,8 @@ the device from the first event).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Sequence
+import itertools
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
@@ -29,7 +30,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from sessionize_assets.lake.tables import SESSION_QUARANTINE, SESSIONS
-from sessionize_assets.transforms.attributes import UTM_FIELDS
+from sessionize_assets.transforms.attributes import UTM_FIELDS, url_campaign, url_host
 from sessionize_assets.transforms.channels import channel
 from sessionize_assets.transforms.sessions import (
     ENGAGED_PAGE_VIEWS,
@@ -86,8 +87,8 @@ class _Chain:
     page_views: int = 0
     conversions: int = 0
     landing: dict[str, Any] | None = None  # the first included `page` event
-    exit_page_url: str | None = None  # the last included `page` event's URL
-    campaign: dict[str, Any] | None = None  # the first included event's non-null campaign
+    exit: dict[str, Any] | None = None  # the last included `page` event
+    campaign_event: dict[str, Any] | None = None  # the first included event with a campaign
 
 
 def sessions_with_quarantine_rows(
@@ -191,16 +192,18 @@ def _include(chain: _Chain, row: dict[str, Any], conversions: set[str]) -> None:
     if event_type == PAGE:
         if chain.landing is None:
             chain.landing = row
-        chain.exit_page_url = row["page_url"]
-    if chain.campaign is None and row["campaign"] is not None:
-        chain.campaign = row["campaign"]
+        chain.exit = row
+    if chain.campaign_event is None and row["campaign"] is not None:
+        chain.campaign_event = row
 
 
 def _session_row(chain: _Chain, session_date: date, number: int, *, cap_us: int) -> dict[str, Any]:
     landing = chain.landing or {}
+    exit_page = chain.exit or {}
+    first_campaign = chain.campaign_event or {}
     # coalesce(campaign, landing.url_campaign): a campaign object whose fields are all unset
     # still wins.
-    utm = chain.campaign if chain.campaign is not None else landing.get("url_campaign")
+    utm = first_campaign["campaign"] if first_campaign else landing.get("url_campaign")
     campaign = {name: None if utm is None else utm[name] for name in UTM_FIELDS}
     duration_us = chain.end_us - chain.start_us
     quarantined = chain.excluded > 0
@@ -218,7 +221,7 @@ def _session_row(chain: _Chain, session_date: date, number: int, *, cap_us: int)
         "conversions": chain.conversions,
         "landing_page_url": landing.get("page_url"),
         "landing_page_path": landing.get("page_path"),
-        "exit_page_url": chain.exit_page_url,
+        "exit_page_url": exit_page.get("page_url"),
         "referrer": landing.get("page_referrer"),
         "referrer_host": landing.get("referrer_host"),
         **campaign,
@@ -233,6 +236,10 @@ def _session_row(chain: _Chain, session_date: date, number: int, *, cap_us: int)
         or chain.conversions >= 1,
         "device_type": chain.first["device_type"],
         "os_name": chain.first["os_name"],
+        "first_event_id": chain.first["event_id"],
+        "landing_at": landing.get("_ts"),
+        "exit_at": exit_page.get("_ts"),
+        "campaign_at": first_campaign.get("_ts"),
         QUARANTINE_DETAIL: {
             "capped_at": chain.start_us + cap_us,
             "chain_end": chain.chain_end_us,
@@ -241,3 +248,90 @@ def _session_row(chain: _Chain, session_date: date, number: int, *, cap_us: int)
         if quarantined
         else None,
     }
+
+
+def merged_session_row(
+    old: Mapping[str, Any],
+    added: Sequence[Mapping[str, Any]],
+    *,
+    gap: timedelta,
+    max_length: timedelta,
+    conversion_events: Collection[str],
+) -> dict[str, Any] | None:
+    """The row `sessions_with_quarantine_rows` gives for the events of the session `old` (a
+    `sessions` row, its times as microseconds) and `added` (rows of SESSION_EVENT_COLUMNS,
+    their times as microseconds in `_ts`), from `old`'s row alone: its counts add up, and its
+    SESSION_PICKS say where its first event, landing and exit pages and campaign came from.
+
+    None when the row cannot tell: it has no picks (written before them) or is quarantined;
+    an added event does not chain with it (all of them must, `gap` apart at most) or the
+    chain runs past `max_length`; an added event's time equals the time of one of `old`'s
+    picks (their order is their ids', which the row keeps for the first event only). Its
+    `session_number` is left to the caller, who numbers a pair's sessions."""
+    if old["first_event_id"] is None or old["is_quarantined"] or not added:
+        return None
+    gap_us, cap_us = micros(gap), micros(max_length)
+    start, end = old["session_start"], old["session_end"]
+    rows = sorted(map(dict, added), key=lambda row: (row["_ts"], row["event_id"]))
+    before = [row["_ts"] for row in rows if row["_ts"] < start]
+    after = [row["_ts"] for row in rows if row["_ts"] > end]
+    # Outside the session, each added event is within `gap` of the next one towards it.
+    outside = ([*before, start], [end, *after])
+    if any(b - a > gap_us for edges in outside for a, b in itertools.pairwise(edges)):
+        return None
+    first_us = min(start, rows[0]["_ts"])
+    if max(end, rows[-1]["_ts"]) - first_us > cap_us:
+        return None
+    pages = [row for row in rows if row["event_type"] == PAGE]
+    campaigns = [row for row in rows if row["campaign"] is not None]
+    picked = {old["landing_at"], old["exit_at"], old["campaign_at"]} - {None}
+    if any(row["_ts"] in picked for row in (*pages, *campaigns)):
+        return None
+    conversions = set(conversion_events)
+    first = {"device_type": old["device_type"], "os_name": old["os_name"]}
+    first["event_id"] = old["first_event_id"]
+    if (rows[0]["_ts"], rows[0]["event_id"]) < (start, old["first_event_id"]):
+        first = rows[0]
+    landing_url = old["landing_page_url"]
+    landing = None
+    if old["landing_at"] is not None:
+        landing = {
+            "_ts": old["landing_at"],
+            "page_url": landing_url,
+            "page_path": old["landing_page_path"],
+            "page_referrer": old["referrer"],
+            "referrer_host": old["referrer_host"],
+            "page_host": url_host(landing_url),
+            "url_campaign": dict(zip(UTM_FIELDS, url_campaign(landing_url), strict=True)),
+        }
+    if pages and (landing is None or pages[0]["_ts"] < landing["_ts"]):
+        landing = pages[0]
+    exit_page = None
+    if old["exit_at"] is not None:
+        exit_page = {"_ts": old["exit_at"], "page_url": old["exit_page_url"]}
+    if pages and (exit_page is None or pages[-1]["_ts"] > exit_page["_ts"]):
+        exit_page = pages[-1]
+    campaign_event = (
+        None
+        if old["campaign_at"] is None
+        else {"_ts": old["campaign_at"], "campaign": {name: old[name] for name in UTM_FIELDS}}
+    )
+    if campaigns and (campaign_event is None or campaigns[0]["_ts"] < campaign_event["_ts"]):
+        campaign_event = campaigns[0]
+    last_us = max(end, rows[-1]["_ts"])
+    chain = _Chain(
+        user_id=old["user_id"],
+        start_us=first_us,
+        end_us=last_us,
+        chain_end_us=last_us,
+        first=first,
+        included=old["event_count"] + len(rows),
+        page_views=old["page_views"] + sum(row["event_type"] in PAGE_VIEW_TYPES for row in rows),
+        conversions=old["conversions"]
+        + sum(row["event_type"] == TRACK and row["event_name"] in conversions for row in rows),
+        landing=landing,
+        exit=exit_page,
+        campaign_event=campaign_event,
+    )
+    session_date = _EPOCH + timedelta(days=first_us // _DAY_US)
+    return _session_row(chain, session_date, old["session_number"], cap_us=cap_us)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 from hypothesis import HealthCheck, Phase, given
@@ -12,15 +12,17 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sessionize_assets.lake.tables import EVENTS, SESSION_QUARANTINE, SESSIONS
-from sessionize_assets.transforms.attributes import UTM_FIELDS
+from sessionize_assets.transforms.attributes import UTM_FIELDS, url_campaign, url_host
 from sessionize_assets.transforms.identities import stitch, stitch_rows
 from sessionize_assets.transforms.sessions import (
+    QUARANTINE_DETAIL,
     SESSION_EVENT_COLUMNS,
     sessions_with_quarantine,
     split_quarantine,
 )
 from sessionize_assets.transforms.sessions_rows import (
     SESSIONS_ROWS_SCHEMA,
+    merged_session_row,
     sessions_with_quarantine_rows,
     split_quarantine_rows,
 )
@@ -129,3 +131,117 @@ def _naive(rows: list[dict]) -> list[dict]:
 
 def _ordered(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda row: (row["user_id"], row["session_start"]))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TIMES = ("session_start", "session_end", "landing_at", "exit_at", "campaign_at")
+
+
+def _derived(event: dict) -> dict:
+    """An event as ingestion writes it: its page's host and campaign read from its URL."""
+    url = event["page_url"]
+    campaign = dict(zip(UTM_FIELDS, url_campaign(url), strict=True))
+    return {**event, "page_host": url_host(url), "url_campaign": campaign}
+
+
+def _micros(value: datetime | None) -> int | None:
+    return None if value is None else (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def _event_rows(events: pa.Table) -> list[dict]:
+    return [{**row, "_ts": _micros(row["event_ts"])} for row in events.to_pylist()]
+
+
+# Events as ingestion writes them, at times that tie less often than _EVENT's (a tie with
+# one of an old session's picks is not merged).
+_ADDED_OR_OLD = st.tuples(
+    _EVENT, st.one_of(st.sampled_from([0, 1]), st.integers(0, 299_999_999))
+).map(lambda drawn: {**_derived(drawn[0]), "micros": drawn[1]})
+
+
+@examples(max_examples=500, deadline=None)
+@given(
+    drawn=st.lists(_ADDED_OR_OLD, min_size=2, max_size=40),
+    data=st.data(),
+    gap=st.sampled_from([GAP, timedelta(minutes=10)]),
+)
+def test_a_session_merged_from_its_row_equals_the_session_of_all_its_events(drawn, data, gap):
+    """Where `merged_session_row` takes the events added within the gap of one old session
+    (and of no other), its row is the session the rules give all the events: every column
+    but the number, which the caller gives; and the user has as many sessions as before."""
+    events = _events(drawn)
+    added = data.draw(
+        st.lists(st.booleans(), min_size=events.num_rows, max_size=events.num_rows), label="added"
+    )
+    options = {"gap": gap, "max_length": MAX_LENGTH, "conversion_events": CONVERSIONS}
+    before = sessions_with_quarantine_rows(
+        events.filter(pa.array([not a for a in added])), **options
+    )
+    after = sessions_with_quarantine_rows(events, **options).to_pylist()
+    rows = [row for row, was_added in zip(_event_rows(events), added, strict=True) if was_added]
+    gap_us = gap // timedelta(microseconds=1)
+    for user in ("u", "v"):
+        theirs = [row for row in rows if row["user_id"] == user]
+        olds = [
+            {**s, **{name: _micros(s[name]) for name in _TIMES}}
+            for s in before.to_pylist()
+            if s["user_id"] == user
+        ]
+        # What the caller finds: the old sessions (their chains) within the gap of an added one.
+        ends = [s[QUARANTINE_DETAIL]["chain_end"] if s["is_quarantined"] else None for s in olds]
+        near = [
+            s
+            for s, chain_end in zip(olds, ends, strict=True)
+            if any(
+                s["session_start"] - gap_us
+                <= row["_ts"]
+                <= (s["session_end"] if chain_end is None else _micros(chain_end)) + gap_us
+                for row in theirs
+            )
+        ]
+        if not theirs or len(near) != 1:
+            continue
+        merged = merged_session_row(near[0], theirs, **options)
+        if merged is None:
+            continue
+        [got] = pa.Table.from_pylist([merged], schema=SESSIONS_ROWS_SCHEMA).to_pylist()
+        expected = [s for s in after if s["session_id"] == got["session_id"]]
+        assert len(expected) == 1
+        assert {**got, "session_number": None} == {**expected[0], "session_number": None}
+        assert sum(s["user_id"] == user for s in after) == len(olds)
+
+
+def test_a_late_page_view_before_a_session_becomes_its_landing_page_and_campaign():
+    """One merge worked by hand: a page view with campaign parameters 20 minutes before a
+    session of two screens and a campaign event; the landing page, the channel's source and
+    the start move, the campaign stays the event's."""
+    base = {"user_id": "u", "event_name": None, "page_path": None, "page_referrer": None}
+    base |= {"referrer_host": None, "device_type": "ios", "os_name": "iOS", "micros": 0}
+    screen = {**base, "event_type": "screen", "page_url": None, "campaign": None}
+    campaign = {name: None for name in UTM_FIELDS} | {"utm_source": "news", "utm_medium": "email"}
+    old = [
+        {**screen, "event_id": "b", "minute": 30},
+        {**screen, "event_id": "c", "minute": 40, "campaign": campaign},
+    ]
+    page = {**base, "event_type": "page", "campaign": None, "device_type": "web"}
+    late = {**page, "event_id": "a", "minute": 10, "page_url": "https://x.org/?utm_source=ads"}
+    options = {"gap": GAP, "max_length": MAX_LENGTH, "conversion_events": CONVERSIONS}
+    [session] = sessions_with_quarantine_rows(
+        _events([_derived(e) for e in old]), **options
+    ).to_pylist()
+    merged = merged_session_row(
+        {**session, **{name: _micros(session[name]) for name in _TIMES}},
+        _event_rows(_events([_derived(late)])),
+        **options,
+    )
+    everything = _events([_derived(e) for e in (*old, late)])
+    [expected] = sessions_with_quarantine_rows(everything, **options).to_pylist()
+    assert merged is not None
+    [got] = pa.Table.from_pylist([merged], schema=SESSIONS_ROWS_SCHEMA).to_pylist()
+    assert got == expected
+    assert (got["landing_page_url"], got["utm_source"], got["device_type"]) == (
+        "https://x.org/?utm_source=ads",
+        "news",
+        "web",
+    )
+    assert got["event_count"] == 3 and got["page_views"] == 3 and got["first_event_id"] == "a"
